@@ -1,0 +1,1 @@
+"""Operator tools: the `skulk` command line, admin client, tap, installers, benchmarks."""

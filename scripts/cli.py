@@ -1,0 +1,141 @@
+"""The one `skulk` command: run, admin, tap."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from skulk.supervisor import exitcodes
+
+
+def _home(value: str | None) -> Path:
+    from skulk.supervisor.config import default_home
+
+    return Path(value).expanduser() if value else default_home()
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from skulk.supervisor import config
+    from skulk.supervisor.node import run_node
+
+    try:
+        cfg = config.load(home=_home(ns.home), config_path=ns.config, overrides={
+            "api_port": ns.api_port, "cluster_port": ns.cluster_port, "listen": ns.listen,
+            "namespace": ns.namespace,
+            "bootstrap_peers": ns.bootstrap_peers.split(",") if ns.bootstrap_peers else None,
+            "place": ns.place or None})
+    except config.ConfigError as exc:
+        print(f"skulk: configuration error: {exc}", file=sys.stderr)
+        return exitcodes.CONFIG_ERROR
+    return run_node(cfg)
+
+
+def wait_for_new_incarnation(home: Path, root_pid: int, wait_s: float, per_try_s: float):
+    """After a whole-node restart: wait until the re-executed node answers `wait` with ready.
+
+    The old incarnation may still answer ("node is stopping") and the control socket is absent
+    while the process image is replaced, so this retries until `wait_s` has passed.
+    """
+    import time
+
+    from skulk.scripts.admin_client import NodeUnreachable, request
+    from skulk.wire.control import AdminCommand, AdminReply
+
+    deadline = time.monotonic() + wait_s
+    reply: AdminReply | None = None
+    while time.monotonic() < deadline:
+        left = deadline - time.monotonic()
+        try:
+            reply = request(home, AdminCommand(verb="wait", timeout_s=left), timeout_s=per_try_s,
+                            retries=1)
+        except NodeUnreachable:
+            continue
+        if reply.ok:
+            same = "same pid" if reply.root_pid == root_pid else "NEW pid"
+            return AdminReply(ok=True, message=f"node restarted ({same} {reply.root_pid})",
+                              root_pid=reply.root_pid, children=reply.children)
+    raise NodeUnreachable(f"node did not come back ready within {wait_s:.0f}s"
+                          + (f" (last: {reply.message})" if reply else ""))
+
+
+def cmd_admin(ns: argparse.Namespace) -> int:
+    from skulk.scripts.admin_client import NodeUnreachable, format_status, request
+    from skulk.wire.control import AdminCommand
+
+    home = _home(ns.home)
+    verb = ns.verb.replace("-", "_")
+    cmd = AdminCommand(verb=verb, target=ns.target or "", args=tuple(ns.args or ()),
+                       supervisor=ns.supervisor or "",
+                       timeout_s=ns.wait if verb == "wait" else 0.0)
+    try:
+        before = request(home, AdminCommand(verb="status")) if verb == "restart" and not ns.target else None
+        reply = request(home, cmd, timeout_s=ns.timeout)
+        if before is not None and reply.ok:
+            reply = wait_for_new_incarnation(home, before.root_pid, ns.wait, ns.timeout)
+    except NodeUnreachable as exc:
+        print(f"skulk admin: {exc}", file=sys.stderr)
+        return 2
+    if ns.json:
+        from skulk.wire.schema import fields_of
+
+        print(json.dumps(fields_of(reply)))
+    else:
+        if reply.message:
+            print(reply.message)
+        if verb in ("status", "wait") or not reply.ok:
+            print(format_status(reply))
+    return 0 if reply.ok else 1
+
+
+def cmd_tap(ns: argparse.Namespace) -> int:
+    from skulk.scripts import tap
+
+    return tap.run(_home(ns.home), topic=ns.topic, as_json=ns.json, count=ns.count,
+                   duration_s=ns.duration)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="skulk", description="Skulk: one LLM cluster from a few machines")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start a node in the foreground")
+    run.add_argument("--home", help="node data dir (env SKULK_HOME, default ~/.skulk)")
+    run.add_argument("--config", type=Path, help="skulk.yaml (env SKULK_CONFIG, default <home>/skulk.yaml)")
+    run.add_argument("--api-port", type=int)
+    run.add_argument("--cluster-port", type=int)
+    run.add_argument("--listen", help="address to bind (default 0.0.0.0)")
+    run.add_argument("--namespace", help="cluster namespace (env SKULK_NAMESPACE)")
+    run.add_argument("--bootstrap-peers", help="host:port,... (env SKULK_BOOTSTRAP_PEERS)")
+    run.add_argument("--place", action="append", help="model id to place once ready (repeatable)")
+    run.set_defaults(func=cmd_run)
+
+    adm = sub.add_parser("admin", help="status / restart / stop a node or one of its roles")
+    adm.add_argument("verb", choices=["status", "restart", "stop", "wait", "start-child", "terminate-child"])
+    adm.add_argument("target", nargs="?", help="role or child id (none: the whole node)")
+    adm.add_argument("args", nargs="*", help="start-child: extra arguments for the child")
+    adm.add_argument("--home")
+    adm.add_argument("--supervisor", help="start-child/terminate-child: dynamic supervisor (runners)")
+    adm.add_argument("--timeout", type=float, default=5.0, help="seconds per try")
+    adm.add_argument("--wait", type=float, default=30.0, help="wait/restart: seconds to wait for ready")
+    adm.add_argument("--json", action="store_true")
+    adm.set_defaults(func=cmd_admin)
+
+    tap = sub.add_parser("tap", help="live decoded view of the node's bus")
+    tap.add_argument("--home")
+    tap.add_argument("--topic", default="", help="topic prefix filter, e.g. evt.supervisor.")
+    tap.add_argument("--json", action="store_true", help="one JSON object per line")
+    tap.add_argument("--count", type=int, default=0, help="stop after N messages")
+    tap.add_argument("--duration", type=float, default=0.0, help="stop after S seconds")
+    tap.set_defaults(func=cmd_tap)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    return ns.func(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

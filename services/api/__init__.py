@@ -1,0 +1,1 @@
+"""api: gunicorn (gthread workers) serving the Falcon app; the OpenAI-compatible surface."""

@@ -1,0 +1,120 @@
+"""`python -m skulk.services.api`: run gunicorn in-process as a supervised child.
+
+The socket is bound here and handed to gunicorn as `fd://`, so a taken port is a clean
+BOOT_FAILURE at once instead of gunicorn's retry loop. Ready is reported from gunicorn's
+`when_ready` hook and heartbeats come from the arbiter's own loop (`murder_workers` runs
+every iteration), so a wedged arbiter stops the beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import gunicorn.util
+import zmq
+from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.errors import HaltServer
+from setproctitle import setproctitle
+
+from skulk.services import faults
+from skulk.services.api.app import create_app
+from skulk.services.base import ChildRuntime, die_with_parent, parse_child_args
+from skulk.supervisor import exitcodes
+
+log = logging.getLogger("skulk.api")
+
+
+def use_skulk_titles(title: str) -> None:
+    """gunicorn titles its processes `master [..]`/`worker [..]`; ours are `skulk: api[ worker]`."""
+
+    def set_title(gunicorn_title: str) -> None:
+        setproctitle(f"skulk: {title}" + (" worker" if gunicorn_title.startswith("worker") else ""))
+
+    gunicorn.util._setproctitle = set_title  # type: ignore[attr-defined]
+
+
+class SupervisedArbiter(Arbiter):
+    runtime: ChildRuntime
+
+    def murder_workers(self) -> None:
+        super().murder_workers()
+        if not self.runtime.parent_alive():
+            raise HaltServer("supervisor is gone", exitcodes.CLEAN)
+        self.runtime.beat()
+        self.runtime.publish_status(f"{len(self.WORKERS)} worker(s)", time.monotonic())
+
+
+class ApiApplication(BaseApplication):
+    def __init__(self, runtime: ChildRuntime, sock: socket.socket, workers: int, threads: int,
+                 graceful_s: float) -> None:
+        self.runtime = runtime
+        self.sock = sock
+        self.settings = {
+            "bind": [f"fd://{sock.fileno()}"],
+            "worker_class": "gthread",
+            "workers": workers,
+            "threads": threads,
+            "graceful_timeout": max(1, int(graceful_s)),
+            "timeout": 120,
+            "keepalive": 5,
+            "control_socket_disable": True,
+            "proc_name": runtime.args.title,
+            "accesslog": None,
+            "loglevel": "warning",
+            "when_ready": lambda _server: runtime.ready(f"http on fd {sock.fileno()}"),
+            # A worker whose arbiter was killed must not linger holding the port.
+            "post_fork": lambda _server, _worker: die_with_parent(signal.SIGKILL),
+        }
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return create_app()
+
+    def run(self) -> None:
+        SupervisedArbiter.runtime = self.runtime
+        SupervisedArbiter(self).run()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main() -> None:
+    args = parse_child_args(sys.argv[1:])
+    p = argparse.ArgumentParser(prog="skulk.services.api")
+    p.add_argument("--listen", default="0.0.0.0")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--threads", type=int, default=16)
+    ns = p.parse_args(args.rest)
+    # A private context: gunicorn forks workers after this, and they must not share it.
+    runtime = ChildRuntime("api", args, ctx=zmq.Context())
+    use_skulk_titles(args.title)
+    faults.inject("api", "boot")
+    try:
+        sock = listen_socket(ns.listen, ns.port)
+    except OSError as exc:
+        log.error("api cannot listen on %s:%d: %s", ns.listen, ns.port, exc.strerror)
+        os._exit(exitcodes.BOOT_FAILURE)
+    ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0).run()
+
+
+main()

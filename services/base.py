@@ -1,0 +1,218 @@
+"""What every child process shares, and the one poll loop of a plain service.
+
+`ChildRuntime`: process title, logging, parent-death detection, the PUSH socket to the
+supervisor (ready + heartbeats). `ServiceLoop`: one `zmq.Poller` over the role's sockets, the
+signal wakeup fd and timers; it heartbeats from the loop itself, so a wedged handler stops
+the beat and the watchdog kills it. `run_service(role, setup)` ties them together and maps
+failures onto the exit-code contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import heapq
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+from setproctitle import setproctitle
+
+from skulk.services import faults
+from skulk.supervisor import exitcodes, logsetup
+from skulk.wire import endpoints
+from skulk.wire.control import ChildReady, Heartbeat
+from skulk.wire.errors import WireError
+from skulk.wire.events import ServiceStatus
+from skulk.wire.message import Message
+from skulk.wire.sockets import make_socket, publish, send
+from skulk.wire.topics import EVT_SERVICE, Topic
+
+log = logging.getLogger("skulk.service")
+
+STATUS_INTERVAL_S = 2.0
+"""How often each role publishes ServiceStatus on the bus (what the tap shows)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildArgs:
+    child_id: str
+    title: str
+    home: Path
+    run_dir: Path
+    heartbeat_s: float
+    rest: list[str]
+
+
+def parse_child_args(argv: list[str]) -> ChildArgs:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--child-id", required=True)
+    p.add_argument("--title", required=True)
+    p.add_argument("--home", type=Path, required=True)
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--heartbeat-s", type=float, default=1.0)
+    ns, rest = p.parse_known_args(argv)
+    return ChildArgs(ns.child_id, ns.title, ns.home, ns.run_dir, ns.heartbeat_s, rest)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Linux: ask the kernel to send `sig` when our parent dies (also checked every loop tick)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+class ChildRuntime:
+    def __init__(self, role: str, args: ChildArgs, ctx: zmq.Context[Any] | None = None) -> None:
+        self.role = role
+        self.args = args
+        self.started = time.monotonic()
+        setproctitle(f"skulk: {args.title}")
+        logsetup.setup(args.child_id, args.home / "logs")
+        self.parent_pid = int(os.environ.get("SKULK_PARENT_PID", os.getppid()))
+        die_with_parent()
+        self.ctx = ctx or zmq.Context.instance()
+        self.notify = make_socket(self.ctx, zmq.PUSH, hwm=100,
+                                  connect=endpoints.supervisor_notify(args.run_dir))
+        self.bus = make_socket(self.ctx, zmq.PUB, hwm=1000,
+                               connect=endpoints.bus_in(args.run_dir))
+        self._beat_seq = 0
+        self._status_seq = 0
+        self._status_due = 0.0
+
+    def parent_alive(self) -> bool:
+        return os.getppid() == self.parent_pid
+
+    def ready(self, detail: str = "") -> None:
+        send(self.notify, ChildReady(child_id=self.args.child_id, pid=os.getpid(), detail=detail),
+             flags=zmq.NOBLOCK)
+        log.info("%s ready%s", self.args.child_id, f": {detail}" if detail else "")
+
+    def beat(self) -> None:
+        self._beat_seq += 1
+        try:
+            send(self.notify, Heartbeat(child_id=self.args.child_id, pid=os.getpid(),
+                                        seq=self._beat_seq), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # supervisor not reading: it will judge us by the beats it does get
+
+    def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
+        publish(self.bus, topic, msg, suffix)
+
+    def publish_status(self, detail: str, now: float) -> None:
+        """ServiceStatus on the bus at most every STATUS_INTERVAL_S (what the tap shows)."""
+        if now < self._status_due:
+            return
+        self._status_due = now + STATUS_INTERVAL_S
+        self._status_seq += 1
+        self.publish(EVT_SERVICE, ServiceStatus(
+            role=self.role, child_id=self.args.child_id, pid=os.getpid(), seq=self._status_seq,
+            uptime_s=round(now - self.started, 3), detail=detail), suffix=self.args.child_id)
+
+
+Handler = Callable[[Any], None]
+
+
+class ServiceLoop:
+    """The single poll loop of a service process."""
+
+    def __init__(self, runtime: ChildRuntime) -> None:
+        self.rt = runtime
+        self.ctx = runtime.ctx
+        self.poller = zmq.Poller()
+        self._handlers: dict[Any, Handler] = {}
+        self._timers: list[tuple[float, int, float, Callable[[], None]]] = []
+        self._timer_seq = 0
+        self._stop = False
+        self.status_detail = ""
+        self._wake_r, wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        self._wake_w = wake_w
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: None)
+        self.add_reader(self._wake_r, self._on_signal)
+        self.every(runtime.args.heartbeat_s, runtime.beat)
+        self.every(STATUS_INTERVAL_S, lambda: runtime.publish_status(self.status_detail,
+                                                                    time.monotonic()))
+
+    def add_reader(self, sock: Any, handler: Handler) -> None:
+        """Call `handler(sock)` when readable (zmq sockets, or anything with a fileno)."""
+        key = sock if isinstance(sock, zmq.Socket) else sock.fileno()
+        self.poller.register(key, zmq.POLLIN)
+        self._handlers[key] = lambda _k: handler(sock)
+
+    def every(self, interval_s: float, fn: Callable[[], None], first_in: float | None = None) -> None:
+        self._timer_seq += 1
+        due = time.monotonic() + (interval_s if first_in is None else first_in)
+        heapq.heappush(self._timers, (due, self._timer_seq, interval_s, fn))
+
+    def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
+        self.rt.publish(topic, msg, suffix)
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def _on_signal(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(64)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                log.info("%s: %s, stopping", self.rt.args.child_id, signal.Signals(signum).name)
+                self._stop = True
+
+    def run(self) -> int:
+        faults.inject(self.rt.role, "loop")
+        while not self._stop:
+            now = time.monotonic()
+            timeout = max(0.0, self._timers[0][0] - now) if self._timers else 1.0
+            for key, _ in self.poller.poll(int(timeout * 1000) + 1):
+                try:
+                    self._handlers[key](key)
+                except WireError as exc:  # a bad frame is logged, never fatal
+                    log.warning("%s: dropped bad frame: %s", self.rt.args.child_id, exc)
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                due, seq, interval, fn = heapq.heappop(self._timers)
+                fn()
+                heapq.heappush(self._timers, (max(due + interval, now), seq, interval, fn))
+            if not self.rt.parent_alive():
+                log.warning("%s: supervisor is gone; exiting", self.rt.args.child_id)
+                return exitcodes.CLEAN
+        return exitcodes.CLEAN
+
+
+def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> None:
+    """Entry point of every plain service: boot, report ready, loop, exit by the contract."""
+    args = parse_child_args(sys.argv[1:])
+    runtime = ChildRuntime(role, args)
+    try:
+        loop = ServiceLoop(runtime)
+        faults.inject(role, "boot")
+        setup(loop, args.rest)
+    except (zmq.ZMQError, OSError, ValueError, SystemExit) as exc:
+        log.error("%s failed to boot: %s", args.child_id, exc)
+        os._exit(exitcodes.BOOT_FAILURE)
+    runtime.ready(loop.status_detail)
+    faults.inject(role, "ready")
+    try:
+        code = loop.run()
+    except Exception:
+        log.exception("%s crashed", args.child_id)
+        code = exitcodes.CRASHED
+    runtime.ctx.destroy(linger=0)
+    logging.shutdown()
+    os._exit(code)

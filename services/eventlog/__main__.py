@@ -1,0 +1,4 @@
+from skulk.services.base import run_service
+from skulk.services.eventlog.service import setup
+
+run_service("eventlog", setup)

@@ -1,0 +1,1 @@
+"""janitor: periodic clean-up (trace retention today)."""

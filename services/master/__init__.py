@@ -1,0 +1,1 @@
+"""master: election, event-sourced cluster state, placement and routing (filled in later)."""

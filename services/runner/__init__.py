@@ -1,0 +1,1 @@
+"""runner: one process per (instance, rank) placed on this node."""

@@ -1,0 +1,171 @@
+"""The node's configuration, loaded once into frozen dataclasses.
+
+Precedence: defaults < `skulk.yaml` (`--config`, `$SKULK_CONFIG`, else `<home>/skulk.yaml`)
+< environment (`SKULK_*`) < command line. Unknown keys and wrong types are a `ConfigError`
+(the node exits with `exitcodes.CONFIG_ERROR` and says which key). Each child receives only
+its own slice as arguments; no child reads YAML or the environment for configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the file and key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    intensity: int
+    period_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    home: Path
+    api_port: int = 52415
+    cluster_port: int = 52416
+    listen: str = "0.0.0.0"
+    namespace: str = "skulk"
+    bootstrap_peers: tuple[str, ...] = ()
+    heartbeat_s: float = 1.0
+    liveness: int = 3
+    ready_timeout_s: float = 15.0
+    shutdown_s: float = 5.0
+    root_budget: Budget = field(default_factory=lambda: Budget(intensity=3, period_s=60.0))
+    runners_budget: Budget = field(default_factory=lambda: Budget(intensity=5, period_s=30.0))
+    warmup_deadline_s: float = 300.0
+    api_workers: int = 1
+    api_threads: int = 16
+    trace_retention_days: float = 3.0
+    place: tuple[str, ...] = ()
+    config_path: Path | None = None
+
+
+# yaml section -> {yaml key: (NodeConfig field, type)}
+_YAML: dict[str, dict[str, tuple[str, type]]] = {
+    "node": {"api_port": ("api_port", int), "cluster_port": ("cluster_port", int),
+             "listen": ("listen", str)},
+    "cluster": {"namespace": ("namespace", str), "bootstrap_peers": ("bootstrap_peers", list)},
+    "heartbeat": {"interval_s": ("heartbeat_s", float), "liveness": ("liveness", int)},
+    "children": {"ready_timeout_s": ("ready_timeout_s", float), "shutdown_s": ("shutdown_s", float)},
+    "api": {"workers": ("api_workers", int), "threads": ("api_threads", int)},
+    "runner": {"warmup_deadline_s": ("warmup_deadline_s", float)},
+    "tracing": {"retention_days": ("trace_retention_days", float)},
+}
+_BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
+
+_ENV: dict[str, tuple[str, type]] = {
+    "SKULK_API_PORT": ("api_port", int),
+    "SKULK_CLUSTER_PORT": ("cluster_port", int),
+    "SKULK_NAMESPACE": ("namespace", str),
+    "SKULK_BOOTSTRAP_PEERS": ("bootstrap_peers", list),
+    "SKULK_WARMUP_DEADLINE_SECONDS": ("warmup_deadline_s", float),
+}
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SKULK_HOME") or "~/.skulk").expanduser()
+
+
+def _typed(value: Any, kind: type, where: str) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is list:
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{where}: expected a list of strings")
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _from_env(name: str, raw: str, kind: type) -> Any:
+    try:
+        return _typed(kind(raw) if kind in (int, float) else raw, kind, name)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected {kind.__name__}") from None
+
+
+def _from_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    out: dict[str, Any] = {}
+    for section, body in data.items():
+        if section in _BUDGETS:
+            if not isinstance(body, dict) or set(body) - {"intensity", "period_s"}:
+                raise ConfigError(f"{path}: {section} takes intensity and period_s only")
+            out[_BUDGETS[section]] = Budget(
+                intensity=_typed(body.get("intensity", 3), int, f"{path}: {section}.intensity"),
+                period_s=_typed(body.get("period_s", 60.0), float, f"{path}: {section}.period_s"))
+            continue
+        keys = _YAML.get(section)
+        if keys is None:
+            raise ConfigError(f"{path}: unknown section {section!r} (known: "
+                              f"{', '.join(sorted([*_YAML, *_BUDGETS]))})")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{path}: section {section!r} must be a mapping")
+        for key, value in body.items():
+            if key not in keys:
+                raise ConfigError(f"{path}: unknown key {section}.{key}")
+            name, kind = keys[key]
+            out[name] = _typed(value, kind, f"{path}: {section}.{key}")
+    return out
+
+
+def load(home: Path | None = None, config_path: Path | None = None,
+         overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> NodeConfig:
+    """Build the node's config; `overrides` are command-line values (None = not given)."""
+    env = os.environ if env is None else env
+    home = (home or default_home()).expanduser().resolve()
+    path = config_path or (Path(env["SKULK_CONFIG"]) if env.get("SKULK_CONFIG") else None)
+    if path is None and (home / "skulk.yaml").is_file():
+        path = home / "skulk.yaml"
+    values: dict[str, Any] = _from_yaml(path) if path else {}
+    for name, (field_name, kind) in _ENV.items():
+        if env.get(name):
+            values[field_name] = _from_env(name, env[name], kind)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = tuple(value) if isinstance(value, list) else value
+    known = {f.name for f in fields(NodeConfig)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"unknown settings: {sorted(unknown)}")
+    cfg = replace(NodeConfig(home=home, config_path=path), **values)
+    _check(cfg)
+    return cfg
+
+
+def _check(cfg: NodeConfig) -> None:
+    for name in ("api_port", "cluster_port"):
+        port = getattr(cfg, name)
+        if not 1 <= port <= 65534:
+            raise ConfigError(f"{name} must be in 1..65534, got {port}")
+    if cfg.api_port in (cfg.cluster_port, cfg.cluster_port + 1):
+        raise ConfigError("api_port must differ from cluster_port and cluster_port + 1")
+    if cfg.heartbeat_s <= 0 or cfg.liveness < 1:
+        raise ConfigError("heartbeat interval must be > 0 and liveness >= 1")
+    if cfg.ready_timeout_s <= 0 or cfg.shutdown_s <= 0 or cfg.warmup_deadline_s <= 0:
+        raise ConfigError("timeouts must be > 0")
+    for budget in (cfg.root_budget, cfg.runners_budget):
+        if budget.intensity < 0 or budget.period_s <= 0:
+            raise ConfigError("restart budgets need intensity >= 0 and period_s > 0")
+    if cfg.api_workers < 1 or cfg.api_threads < 1:
+        raise ConfigError("api workers and threads must be >= 1")

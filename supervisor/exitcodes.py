@@ -1,0 +1,36 @@
+"""The exit-code contract between every Skulk process and its supervisor (and launchd/systemd)."""
+
+from __future__ import annotations
+
+import signal
+
+CLEAN = 0
+"""Orderly stop (SIGTERM, admin stop)."""
+CRASHED = 1
+"""An unhandled error in a child's loop: restart it."""
+BOOT_FAILURE = 3
+"""A child could not start (bind failed, bad slice): restarted only after a back-off."""
+ESCALATED = 70
+"""The root's restart budget was exhausted; everything was stopped (EX_SOFTWARE)."""
+CONFIG_ERROR = 78
+"""The configuration is invalid; nothing was started (EX_CONFIG)."""
+
+_NAMES = {CLEAN: "clean", CRASHED: "crashed", BOOT_FAILURE: "boot failure",
+          ESCALATED: "escalated", CONFIG_ERROR: "config error"}
+
+
+def describe(returncode: int) -> str:
+    """A Popen return code in plain words: `signal 9 (SIGKILL)` or `exit code 3 (boot failure)`."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown"
+        return f"signal {-returncode} ({name})"
+    label = _NAMES.get(returncode)
+    return f"exit code {returncode}" + (f" ({label})" if label else "")
+
+
+def is_normal(returncode: int) -> bool:
+    """OTP's `normal`/`shutdown`: a clean exit or one caused by our own SIGTERM."""
+    return returncode in (CLEAN, -signal.SIGTERM, -signal.SIGINT)

@@ -1,0 +1,201 @@
+"""The root process's one poll loop: control ROUTER, notify PULL, and the signal wakeup fd.
+
+Signal handlers only record (the wakeup fd carries the signal number); the loop turns
+signals into admin verbs, reaps exited children, feeds ready/heartbeat messages to the tree,
+answers the control socket and runs the watchdog. The poll timeout is the next deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from skulk.supervisor import control
+from skulk.supervisor.child import ChildProcess
+from skulk.supervisor.config import NodeConfig
+from skulk.supervisor.spec import ChildSpec, SupervisorSpec
+from skulk.supervisor.supervisor import Supervisor
+from skulk.wire import endpoints
+from skulk.wire.control import AdminCommand, ChildReady, Heartbeat
+from skulk.wire.errors import WireError
+from skulk.wire.events import ChildLifecycle
+from skulk.wire.sockets import (RoutedDecodeError, make_socket, publish, recv, recv_routed,
+                                send_routed)
+from skulk.wire.topics import EVT_SUPERVISOR
+
+log = logging.getLogger("skulk.supervisor")
+
+MAX_POLL_S = 5.0
+
+
+class NodeLoop:
+    def __init__(self, cfg: NodeConfig, spec: SupervisorSpec, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.run_dir = run_dir
+        self.exit_code: int | None = None
+        self.after_stop = "exit"  # or "exec"
+        self.waiters: list[control.Waiter] = []
+        self._announced_ready = False
+        self._started_at = time.monotonic()
+
+    # ---- effects handed to the tree -------------------------------------------------
+    def _spawn(self, spec: ChildSpec, child_id: str, extra: tuple[str, ...]) -> ChildProcess:
+        return ChildProcess.spawn(spec, child_id=child_id, home=self.cfg.home,
+                                  run_dir=self.run_dir, extra_args=extra)
+
+    def _emit(self, child_id: str, sup: str, event: str, pid: int | None, restarts: int,
+              detail: str) -> None:
+        publish(self.events, EVT_SUPERVISOR, ChildLifecycle(
+            child_id=child_id, supervisor=sup, event=event, pid=pid, restarts=restarts,
+            detail=detail), suffix=child_id)
+
+    def _root_done(self, _id: str, code: int, _now: float) -> None:
+        self.exit_code = code
+
+    # ---- the loop ---------------------------------------------------------------------
+    def run(self) -> int:
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        self.control = make_socket(self.ctx, zmq.ROUTER,
+                                   bind=endpoints.supervisor_control(self.run_dir))
+        self.notify = make_socket(self.ctx, zmq.PULL, hwm=10000,
+                                  bind=endpoints.supervisor_notify(self.run_dir))
+        self.events = make_socket(self.ctx, zmq.PUB, connect=endpoints.bus_in(self.run_dir))
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        old_fd = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        for sig in (*control.SIGNAL_VERBS, signal.SIGCHLD):
+            signal.signal(sig, lambda *_: None)
+        poller = zmq.Poller()
+        poller.register(self.control, zmq.POLLIN)
+        poller.register(self.notify, zmq.POLLIN)
+        poller.register(wake_r.fileno(), zmq.POLLIN)
+        self.root = Supervisor(self.spec, self._spawn, self._emit, self._root_done)
+        self.root.start(time.monotonic())
+        try:
+            while self.exit_code is None:
+                ready = dict(poller.poll(self._timeout_ms()))
+                now = time.monotonic()
+                if wake_r.fileno() in ready:
+                    self._signals(wake_r, now)
+                self._reap(now)
+                if self.notify in ready:
+                    self._drain_notify(now)
+                if self.control in ready:
+                    self._drain_control(now)
+                self.root.tick(now)
+                self._serve_waiters(now)
+                self._announce(now)
+        finally:
+            for waiter in self.waiters:
+                send_routed(self.control, waiter.envelope, control.reply(
+                    self.root, time.monotonic(), False, "node is stopping"))
+            signal.set_wakeup_fd(old_fd)
+            for sig in (*control.SIGNAL_VERBS, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            wake_r.close()
+            wake_w.close()
+            self.ctx.destroy(linger=0)
+        return self.exit_code
+
+    def _timeout_ms(self) -> int:
+        times = [t for t in (self.root.next_deadline(),
+                             *(w.deadline for w in self.waiters)) if t is not None]
+        wait = min([MAX_POLL_S, *(t - time.monotonic() for t in times)])
+        return max(0, int(wait * 1000) + 1)
+
+    def _signals(self, wake_r: socket.socket, now: float) -> None:
+        try:
+            data = wake_r.recv(4096)
+        except BlockingIOError:
+            return
+        for signum in data:
+            verb = control.SIGNAL_VERBS.get(signum)
+            if verb is not None:
+                log.info("signal %s -> %s", signal.Signals(signum).name, verb)
+                self._node_verb(verb, now)
+
+    def _node_verb(self, verb: str, now: float) -> None:
+        if self.root.terminating:
+            return
+        self.after_stop = "exec" if verb == "restart" else "exit"
+        self.root.stop(now, reason=f"admin {verb}")
+
+    def _reap(self, now: float) -> None:
+        for owner, slot in list(self.root.workers()):
+            if slot.proc is not None and (code := slot.proc.poll()) is not None:
+                owner.handle_exit(slot.id, code, now)
+
+    def _drain_notify(self, now: float) -> None:
+        while True:
+            try:
+                msg = recv(self.notify, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except WireError as exc:
+                log.warning("bad frame on notify socket dropped: %s", exc)
+                continue
+            if isinstance(msg, (ChildReady, Heartbeat)):
+                found = self.root.find(msg.child_id)
+                if found is None:
+                    continue
+                owner = found[0]
+                if isinstance(msg, ChildReady):
+                    owner.on_ready(msg.child_id, msg.pid, now)
+                else:
+                    owner.on_beat(msg.child_id, msg.pid, now)
+
+    def _drain_control(self, now: float) -> None:
+        while True:
+            try:
+                envelope, msg = recv_routed(self.control, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except RoutedDecodeError as exc:
+                log.warning("bad admin frame: %s", exc)
+                send_routed(self.control, exc.envelope,
+                            control.reply(self.root, now, False, f"bad request: {exc}"))
+                continue
+            except WireError as exc:
+                log.warning("bad admin frame dropped: %s", exc)
+                continue
+            if not isinstance(msg, AdminCommand):
+                send_routed(self.control, envelope, control.reply(
+                    self.root, now, False, f"expected an AdminCommand, got {msg.TYPE}"))
+                continue
+            result = control.apply(msg, self.root, envelope, now)
+            if isinstance(result, control.Waiter):
+                self.waiters.append(result)
+            elif isinstance(result, control.NodeVerb):
+                send_routed(self.control, envelope, control.reply(
+                    self.root, now, True, "restarting" if result.verb == "restart" else "stopping"))
+                self._node_verb(result.verb, now)
+            else:
+                send_routed(self.control, envelope, result)
+
+    def _serve_waiters(self, now: float) -> None:
+        still: list[control.Waiter] = []
+        for w in self.waiters:
+            if control.satisfied(self.root, w.target, w.min_restarts):
+                send_routed(self.control, w.envelope, control.reply(self.root, now, True, "ready"))
+            elif now >= w.deadline:
+                send_routed(self.control, w.envelope, control.reply(
+                    self.root, now, False, f"timed out waiting for {w.target or 'the node'}"))
+            else:
+                still.append(w)
+        self.waiters = still
+
+    def _announce(self, now: float) -> None:
+        if not self._announced_ready and control.satisfied(self.root, "", 0):
+            self._announced_ready = True
+            log.info("node ready: every child is running (%.2fs after start, pid %d)",
+                     now - self._started_at, os.getpid())
+

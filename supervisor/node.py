@@ -1,0 +1,76 @@
+"""`skulk run`: prepare the node's home, take its lock, run the tree, exit or re-exec.
+
+Exit codes follow `exitcodes`. `restart` (admin verb or SIGHUP) stops the tree in order and
+then replaces this process image with the same arguments (`os.execv`), so the PID that
+launchd/systemd track never changes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sys
+from pathlib import Path
+
+from setproctitle import setproctitle
+
+from skulk.supervisor import exitcodes, logsetup
+from skulk.supervisor.config import NodeConfig
+from skulk.supervisor.loop import NodeLoop
+from skulk.supervisor.tree import build_tree
+from skulk.wire import endpoints
+
+log = logging.getLogger("skulk.supervisor")
+
+HOME_DIRS = ("models", "logs", "eventlog", "traces")
+
+
+def prepare_home(cfg: NodeConfig) -> Path:
+    """Create the home layout and return the run dir (ipc sockets, lock, pid file)."""
+    for name in HOME_DIRS:
+        (cfg.home / name).mkdir(parents=True, exist_ok=True)
+    run = endpoints.run_dir(cfg.home)
+    run.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return run
+
+
+def take_lock(run: Path) -> int | None:
+    """One node per home: an exclusive flock on `<run>/skulk.lock` (released at exec/exit)."""
+    fd = os.open(run / "skulk.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def run_node(cfg: NodeConfig) -> int:
+    setproctitle("skulk: supervisor")
+    logsetup.setup("supervisor", cfg.home / "logs")
+    try:
+        run = prepare_home(cfg)
+    except OSError as exc:
+        log.error("cannot prepare home %s: %s", cfg.home, exc)
+        return exitcodes.CONFIG_ERROR
+    lock = take_lock(run)
+    if lock is None:
+        log.error("another skulk node is already running with home %s", cfg.home)
+        return exitcodes.BOOT_FAILURE
+    log.info("node starting: home %s, api port %d, cluster port %d, pid %d",
+             cfg.home, cfg.api_port, cfg.cluster_port, os.getpid())
+    loop = NodeLoop(cfg, build_tree(cfg), run)
+    code = loop.run()
+    if code == exitcodes.ESCALATED:
+        log.critical("restart budget exhausted; node stopped (exit %d)", code)
+    if loop.after_stop == "exec" and code == exitcodes.CLEAN:
+        argv = [sys.executable, *sys.orig_argv[1:]]
+        log.info("restarting in place: exec %s", " ".join(argv))
+        logging.shutdown()
+        os.close(lock)
+        os.execv(sys.executable, argv)
+    log.info("node stopped (%s)", exitcodes.describe(code))
+    return code

@@ -1,0 +1,45 @@
+"""The tree declared as data: child specs and supervisor specs (OTP's child_spec)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Restart = Literal["permanent", "transient", "temporary"]
+Strategy = Literal["one_for_one", "rest_for_one", "one_for_all", "simple_one_for_one"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildSpec:
+    """One OS process: `python -m <module> <args>`, shown as `skulk: <title>`.
+
+    `ready_timeout_s` bounds boot (for runners: load + warmup); after ready the child must
+    heartbeat every `heartbeat_s` or be killed after `liveness` missed beats.
+    """
+
+    id: str
+    module: str
+    title: str
+    args: tuple[str, ...] = ()
+    restart: Restart = "permanent"
+    shutdown_s: float = 5.0
+    ready_timeout_s: float = 15.0
+    heartbeat_s: float = 1.0
+    liveness: int = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupervisorSpec:
+    """A supervisor: its children, strategy and restart budget (`intensity` in `period_s`).
+
+    A `simple_one_for_one` supervisor starts empty and builds children from `template`.
+    """
+
+    id: str
+    strategy: Strategy
+    intensity: int
+    period_s: float
+    children: tuple[ChildSpec | SupervisorSpec, ...] = ()
+    template: ChildSpec | None = None
+    restart: Restart = "permanent"
+    shutdown_s: float = field(default=float("inf"))

@@ -1,0 +1,43 @@
+"""The node's process tree, declared as data from its configuration (nothing else here)."""
+
+from __future__ import annotations
+
+from skulk.supervisor.config import NodeConfig
+from skulk.supervisor.spec import ChildSpec, SupervisorSpec
+
+ROLES = ("bus", "eventlog", "store", "gossip", "master", "api", "janitor")
+"""Permanent roles in start order; stop order is the reverse."""
+
+
+def role_args(cfg: NodeConfig, role: str) -> tuple[str, ...]:
+    """Each role's own slice of the configuration, as command-line arguments."""
+    if role == "api":
+        return ("--listen", cfg.listen, "--port", str(cfg.api_port),
+                "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads))
+    if role == "gossip":
+        return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
+                "--namespace", cfg.namespace, "--peers", ",".join(cfg.bootstrap_peers))
+    if role == "master":
+        return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1))
+    if role == "janitor":
+        return ("--trace-retention-days", repr(cfg.trace_retention_days))
+    return ()
+
+
+def build_tree(cfg: NodeConfig) -> SupervisorSpec:
+    def child(role: str) -> ChildSpec:
+        return ChildSpec(id=role, module=f"skulk.services.{role}", title=role,
+                         args=role_args(cfg, role), restart="permanent",
+                         shutdown_s=cfg.shutdown_s, ready_timeout_s=cfg.ready_timeout_s,
+                         heartbeat_s=cfg.heartbeat_s, liveness=cfg.liveness)
+
+    runner = ChildSpec(id="runner", module="skulk.services.runner", title="runner",
+                       restart="transient", shutdown_s=max(cfg.shutdown_s, 10.0),
+                       ready_timeout_s=cfg.warmup_deadline_s, heartbeat_s=cfg.heartbeat_s,
+                       liveness=cfg.liveness)
+    runners = SupervisorSpec(id="runners", strategy="simple_one_for_one",
+                             intensity=cfg.runners_budget.intensity,
+                             period_s=cfg.runners_budget.period_s, template=runner)
+    return SupervisorSpec(id="root", strategy="one_for_one",
+                          intensity=cfg.root_budget.intensity, period_s=cfg.root_budget.period_s,
+                          children=(*(child(r) for r in ROLES), runners))

@@ -1,0 +1,145 @@
+"""Real nodes for tests: each its own `--home`, free loopback ports and process group.
+
+Waiting is always on a real signal with a deadline: the supervisor's `wait` verb, a bus
+event on the capture socket, or a process exit. Teardown SIGKILLs every process group that
+was started, even when the test failed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+import zmq
+
+from skulk.scripts.admin_client import request
+from skulk.wire import codec, endpoints
+from skulk.wire.control import AdminCommand, AdminReply, ChildStatus
+from skulk.wire.message import Message
+from skulk.wire.sockets import make_socket
+
+
+def free_port(pair: bool = False) -> int:
+    """A free loopback TCP port (and port + 1 too when `pair`)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not pair or port >= 65534:
+            return port
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+
+
+@dataclass
+class Node:
+    home: Path
+    api_port: int
+    cluster_port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def admin(self, verb: str, target: str = "", **kw: Any) -> AdminReply:
+        timeout = kw.pop("request_timeout", 5.0)
+        return request(self.home, AdminCommand(verb=verb, target=target, **kw), timeout_s=timeout)
+
+    def wait_ready(self, target: str = "", min_restarts: int = 0, timeout: float = 20.0) -> AdminReply:
+        reply = self.admin("wait", target, min_restarts=min_restarts, timeout_s=timeout)
+        assert reply.ok, f"{target or 'node'} not ready in {timeout}s: {reply.message}\n{self.log_tail()}"
+        return reply
+
+    def status(self) -> dict[str, ChildStatus]:
+        return {c.id: c for c in self.admin("status").children}
+
+    def group_pids(self) -> list[int]:
+        """Every live process of this node's process group (the node runs in its own session)."""
+        out = []
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(p.pid) == self.proc.pid and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p.pid)
+            except (ProcessLookupError, psutil.Error):
+                continue
+        return out
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def kill_all(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def start_node(tmp: Path, name: str = "node", config: dict[str, Any] | None = None,
+               env: dict[str, str] | None = None, ready: bool = True) -> Node:
+    home = tmp / name
+    home.mkdir(parents=True, exist_ok=True)
+    if config:
+        (home / "skulk.yaml").write_text(yaml.safe_dump(config))
+    api_port, cluster_port = free_port(), free_port(pair=True)
+    log_path = home / "node.out"
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    full_env.pop("SKULK_HOME", None)
+    argv = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(home),
+            "--api-port", str(api_port), "--cluster-port", str(cluster_port), "--listen", "127.0.0.1"]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True)
+    node = Node(home, api_port, cluster_port, proc, log_path, env or {})
+    if ready:
+        node.wait_ready(timeout=30)
+    return node
+
+
+class BusWatcher:
+    """A SUB on the node's bus capture socket: wait for a matching message, with a deadline."""
+
+    def __init__(self, node: Node, prefix: bytes = b"") -> None:
+        self.ctx: zmq.Context[Any] = zmq.Context.instance()
+        run = endpoints.run_dir(node.home.resolve())
+        self.sock = make_socket(self.ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_capture(run),
+                                subscribe=(prefix,))
+
+    def messages(self, timeout: float) -> Iterator[tuple[bytes, Message]]:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if self.sock.poll(int(left * 1000) + 1, zmq.POLLIN):
+                topic, payload = self.sock.recv_multipart()
+                yield topic, codec.decode(payload)
+
+    def wait_for(self, predicate: Any, timeout: float) -> Message:
+        for _topic, msg in self.messages(timeout):
+            if predicate(msg):
+                return msg
+        raise AssertionError(f"no matching bus message within {timeout}s")
+
+    def close(self) -> None:
+        self.sock.close(0)

@@ -1,0 +1,141 @@
+"""The process tree under real failures: kill -9, crash loops, wedged boots, frozen children."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from skulk.supervisor import exitcodes
+from skulk.supervisor.tree import ROLES
+from skulk.wire.events import ChildLifecycle
+from tests.integration.harness import BusWatcher
+
+ROOMY = {"supervisor": {"intensity": 50, "period_s": 60}}
+
+
+def test_kill9_of_each_role_restarts_only_that_role(nodes):
+    node = nodes(config=ROOMY)
+    for role in ROLES:
+        before = node.status()
+        t0 = time.monotonic()
+        os.kill(before[role].pid, signal.SIGKILL)
+        reply = node.wait_ready(role, min_restarts=before[role].restarts + 1, timeout=2.0)
+        took = time.monotonic() - t0
+        print(f"kill -9 {role}: back and ready in {took:.3f}s")
+        after = {c.id: c for c in reply.children}
+        assert after[role].pid != before[role].pid
+        assert after[role].restarts == before[role].restarts + 1
+        for sibling in ROLES:
+            if sibling != role:
+                assert after[sibling].pid == before[sibling].pid, f"{sibling} restarted with {role}"
+                assert after[sibling].restarts == before[sibling].restarts
+
+
+def test_crash_loop_exhausts_budget_and_escalates(nodes):
+    node = nodes()  # default root budget: 3 restarts in 60 s
+    watcher = BusWatcher(node, b"evt.supervisor.")
+    try:
+        for n in range(1, 4):
+            pid = node.status()["janitor"].pid
+            os.kill(pid, signal.SIGKILL)
+            node.wait_ready("janitor", min_restarts=n, timeout=5)
+        t0 = time.monotonic()
+        os.kill(node.status()["janitor"].pid, signal.SIGKILL)
+        watcher.wait_for(lambda m: isinstance(m, ChildLifecycle) and m.event == "escalate", 5)
+    finally:
+        watcher.close()
+    code = node.proc.wait(timeout=30)
+    print(f"escalation: root exited {code} {time.monotonic() - t0:.3f}s after the 4th kill")
+    assert code == exitcodes.ESCALATED
+    assert node.group_pids() == []
+    log = node.log_tail(60)
+    order = [line.split("]")[1].split()[0] for line in log.splitlines()
+             if " stopped (pid" in line and "supervisor:" in line]
+    assert order == ["runners", *reversed([r for r in ROLES if r != "janitor"])], order
+
+
+def test_child_that_never_reports_ready_is_killed_at_its_deadline(nodes):
+    node = nodes(config={"children": {"ready_timeout_s": 3.0}},
+                 env={"SKULK_FAULTS": "janitor@boot=hang"}, ready=False)
+    watcher = BusWatcher(node, b"evt.supervisor.janitor")
+    try:
+        started = watcher.wait_for(lambda m: m.event == "started", 15)
+        t0 = time.monotonic()
+        killed = watcher.wait_for(lambda m: m.event == "ready_timeout", 10)
+        took = time.monotonic() - t0
+        exited = watcher.wait_for(lambda m: m.event == "exited", 10)
+        restarted = watcher.wait_for(lambda m: m.event == "started", 10)
+    finally:
+        watcher.close()
+    print(f"never-ready janitor killed {took:.3f}s after start (deadline 3.0s); exit: {exited.detail}")
+    assert killed.pid == started.pid
+    assert 2.5 <= took <= 6.0
+    assert restarted.pid != started.pid and restarted.restarts == started.restarts + 1
+    assert node.status()["bus"].restarts == 0
+
+
+def test_frozen_child_misses_heartbeats_and_is_replaced(nodes):
+    node = nodes(config={"heartbeat": {"interval_s": 0.25, "liveness": 3}})
+    watcher = BusWatcher(node, b"evt.supervisor.gossip")
+    try:
+        frozen = node.status()["gossip"].pid
+        t0 = time.monotonic()
+        os.kill(frozen, signal.SIGSTOP)
+        missed = watcher.wait_for(lambda m: m.event == "heartbeat_missed", 10)
+        took = time.monotonic() - t0
+    finally:
+        watcher.close()
+    reply = node.wait_ready("gossip", min_restarts=1, timeout=10)
+    print(f"SIGSTOPped gossip declared dead {took:.3f}s after freezing (liveness 3 x 0.25s)")
+    assert missed.pid == frozen
+    assert {c.id: c for c in reply.children}["gossip"].pid != frozen
+    assert not _alive(frozen)
+
+
+def test_sigterm_to_root_stops_everything_cleanly(nodes):
+    node = nodes()
+    pids = node.group_pids()
+    assert len(pids) >= 9  # root, 7 roles, gunicorn worker
+    t0 = time.monotonic()
+    os.kill(node.pid, signal.SIGTERM)
+    code = node.proc.wait(timeout=30)
+    print(f"SIGTERM: {len(pids)} processes stopped in {time.monotonic() - t0:.3f}s, exit {code}")
+    assert code == exitcodes.CLEAN
+    assert node.group_pids() == []
+    assert "SIGKILL" not in node.log_tail(30)
+
+
+def test_runners_are_dynamic_children_with_their_own_budget(nodes):
+    node = nodes(config={"runners_supervisor": {"intensity": 2, "period_s": 60}})
+    reply = node.admin("start_child", "runner-a", supervisor="runners", args=("--instance", "i1"))
+    assert reply.ok, reply.message
+    node.wait_ready("runner-a", timeout=10)
+    assert node.admin("start_child", "runner-a", supervisor="runners").ok is False
+    for n in (1, 2):
+        os.kill(node.status()["runner-a"].pid, signal.SIGKILL)
+        node.wait_ready("runner-a", min_restarts=n, timeout=5)
+    os.kill(node.status()["runner-a"].pid, signal.SIGKILL)
+    # Third crash in the period: the runners supervisor escalates to the root, which restarts
+    # it empty (one_for_one); no permanent role is touched.
+    reply = node.wait_ready("runners", min_restarts=1, timeout=10)
+    rows = {c.id: c for c in reply.children}
+    assert "runner-a" not in rows
+    assert all(rows[r].restarts == 0 for r in ROLES)
+    assert node.admin("start_child", "runner-b", supervisor="runners").ok
+    node.wait_ready("runner-b", timeout=10)
+    assert node.admin("terminate_child", "runner-b", supervisor="runners").ok
+    assert node.admin("wait", "runner-b", timeout_s=0).ok is False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

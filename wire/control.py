@@ -1,0 +1,73 @@
+"""Messages between children, the admin CLI and the supervisor (never on the bus).
+
+Child -> supervisor travels PUSH -> PULL; admin -> supervisor travels REQ -> ROUTER.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from skulk.wire.message import Message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildReady(Message):
+    """A child finished booting; the supervisor stops its ready deadline."""
+
+    TYPE: ClassVar[str] = "control.child_ready"
+    child_id: str
+    pid: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat(Message):
+    """Sent from the child's working loop; missing `liveness` of them gets it killed."""
+
+    TYPE: ClassVar[str] = "control.heartbeat"
+    child_id: str
+    pid: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdminCommand(Message):
+    """An operator verb: status, restart, stop, wait, start_child, terminate_child.
+
+    `target` names a child (or is empty for the whole node). `wait` replies once the target
+    (or every child) is running with at least `min_restarts` restarts, or at `timeout_s`.
+    """
+
+    TYPE: ClassVar[str] = "control.admin_command"
+    verb: str
+    target: str = ""
+    supervisor: str = ""
+    args: tuple[str, ...] = ()
+    min_restarts: int = 0
+    timeout_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildStatus(Message):
+    """One row of `skulk admin status`."""
+
+    TYPE: ClassVar[str] = "control.child_status"
+    id: str
+    supervisor: str
+    kind: str
+    pid: int | None
+    state: str
+    restarts: int
+    uptime_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdminReply(Message):
+    """The supervisor's answer to one AdminCommand."""
+
+    TYPE: ClassVar[str] = "control.admin_reply"
+    ok: bool
+    message: str = ""
+    root_pid: int = 0
+    children: tuple[ChildStatus, ...] = field(default_factory=tuple)

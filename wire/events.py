@@ -1,0 +1,34 @@
+"""Node-local events published on the bus (lossy PUB/SUB; never tokens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from skulk.wire.message import Message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceStatus(Message):
+    """Periodic sign of life of one role, so the tap and the event log see every process."""
+
+    TYPE: ClassVar[str] = "event.service_status"
+    role: str
+    child_id: str
+    pid: int
+    seq: int
+    uptime_s: float
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildLifecycle(Message):
+    """The supervisor saw a child start, become ready, exit, or get killed by the watchdog."""
+
+    TYPE: ClassVar[str] = "event.child_lifecycle"
+    child_id: str
+    supervisor: str
+    event: str
+    pid: int | None
+    restarts: int
+    detail: str = ""

@@ -1,0 +1,38 @@
+"""The one explicit list of every wire message. A type not listed here cannot be decoded.
+
+`docs/wire.md` lists exactly these names (checked by a test).
+"""
+
+from __future__ import annotations
+
+from skulk.wire.control import AdminCommand, AdminReply, ChildReady, ChildStatus, Heartbeat
+from skulk.wire.events import ChildLifecycle, ServiceStatus
+from skulk.wire.message import Message
+from skulk.wire.schema import compile_decoder
+
+ALL: tuple[type[Message], ...] = (
+    # control plane: child/admin <-> supervisor
+    ChildReady,
+    Heartbeat,
+    AdminCommand,
+    AdminReply,
+    ChildStatus,
+    # node-local bus events
+    ServiceStatus,
+    ChildLifecycle,
+)
+
+
+def _index(classes: tuple[type[Message], ...]) -> dict[str, type[Message]]:
+    by_type: dict[str, type[Message]] = {}
+    for cls in classes:
+        if not cls.TYPE:
+            raise RuntimeError(f"{cls.__name__} has no TYPE")
+        if cls.TYPE in by_type:
+            raise RuntimeError(f"duplicate wire name {cls.TYPE}")
+        by_type[cls.TYPE] = cls
+        compile_decoder(cls)
+    return by_type
+
+
+BY_TYPE: dict[str, type[Message]] = _index(ALL)

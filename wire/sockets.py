@@ -1,0 +1,111 @@
+"""Socket factories and framed send/receive. Every socket in Skulk is made here.
+
+Policy: `linger=0` (nothing blocks exit), explicit high-water marks, `ROUTER_MANDATORY` on
+routed replies (a vanished peer is an error, not a silent drop), a receive size cap on
+sockets that face other processes. One socket belongs to one thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+
+from skulk.wire import codec
+from skulk.wire.errors import MalformedFrame, TopicMismatch
+from skulk.wire.message import Message
+from skulk.wire.topics import Topic
+
+DEFAULT_HWM = 1000
+
+
+def make_socket(
+    ctx: zmq.Context[Any],
+    kind: int,
+    *,
+    hwm: int = DEFAULT_HWM,
+    max_msg_bytes: int = codec.MAX_FRAME_BYTES,
+    bind: str | None = None,
+    connect: str | None = None,
+    subscribe: tuple[bytes, ...] = (),
+) -> zmq.Socket[Any]:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes)
+    if kind == zmq.ROUTER:
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    if kind == zmq.SUB:
+        for prefix in subscribe:
+            sock.setsockopt(zmq.SUBSCRIBE, prefix)
+    try:
+        if bind:
+            sock.bind(bind)
+        if connect:
+            sock.connect(connect)
+    except zmq.ZMQError:
+        sock.close(0)
+        raise
+    return sock
+
+
+def send(sock: zmq.Socket[Any], msg: Message, *, flags: int = 0) -> None:
+    sock.send(codec.encode(msg), flags)
+
+
+def recv(sock: zmq.Socket[Any], *, flags: int = 0) -> Message:
+    """One message from a single-frame socket (PULL, REQ, DEALER to a ROUTER peer)."""
+    frames = sock.recv_multipart(flags)
+    if len(frames) != 1:
+        raise MalformedFrame(f"expected 1 frame, got {len(frames)}")
+    return codec.decode(frames[0])
+
+
+def publish(sock: zmq.Socket[Any], topic: Topic, msg: Message, suffix: str = "") -> None:
+    """PUB `[topic, payload]`, never blocking: PUB drops at its HWM by design."""
+    if not topic.allows(msg):
+        raise TopicMismatch(f"{msg.TYPE} is not declared on topic {topic.prefix!r}")
+    try:
+        sock.send_multipart([topic.prefix + suffix.encode(), codec.encode(msg)], zmq.NOBLOCK)
+    except zmq.Again:
+        pass
+
+
+def recv_published(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[bytes, Message]:
+    frames = sock.recv_multipart(flags)
+    if len(frames) != 2:
+        raise MalformedFrame(f"expected [topic, payload], got {len(frames)} frames")
+    return frames[0], codec.decode(frames[1])
+
+
+def recv_routed(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[list[bytes], Message]:
+    """From a ROUTER: the envelope (identity, and the empty delimiter of a REQ peer) and the message.
+
+    The envelope is returned even when the payload is bad, via `RoutedDecodeError`, so the
+    receiver can answer the sender with an error instead of leaving it waiting.
+    """
+    frames = sock.recv_multipart(flags)
+    if len(frames) < 2:
+        raise MalformedFrame("routed frame without an envelope")
+    envelope, payload = frames[:-1], frames[-1]
+    try:
+        return envelope, codec.decode(payload)
+    except Exception as exc:
+        raise RoutedDecodeError(envelope, exc) from exc
+
+
+class RoutedDecodeError(MalformedFrame):
+    def __init__(self, envelope: list[bytes], cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.envelope = envelope
+        self.cause = cause
+
+
+def send_routed(sock: zmq.Socket[Any], envelope: list[bytes], msg: Message) -> bool:
+    """Reply through a ROUTER; False when the peer is gone (ROUTER_MANDATORY) or full."""
+    try:
+        sock.send_multipart([*envelope, codec.encode(msg)], zmq.NOBLOCK)
+        return True
+    except zmq.ZMQError:
+        return False

@@ -1,0 +1,35 @@
+"""Bus topics, each declared with the message types it may carry.
+
+A PUB frame is `[topic, payload]`; the topic is `prefix + suffix` (the suffix names the
+publisher, e.g. `evt.service.gossip`), so subscribers filter by prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skulk.wire.events import ChildLifecycle, ServiceStatus
+from skulk.wire.message import Message
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    prefix: bytes
+    carries: tuple[type[Message], ...]
+
+    def allows(self, msg: Message) -> bool:
+        return isinstance(msg, self.carries)
+
+
+EVT_SERVICE = Topic(b"evt.service.", (ServiceStatus,))
+EVT_SUPERVISOR = Topic(b"evt.supervisor.", (ChildLifecycle,))
+
+ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR)
+
+
+def topic_for_frame(frame: bytes) -> Topic | None:
+    """The declared topic a received topic frame belongs to (None: undeclared)."""
+    for topic in ALL_TOPICS:
+        if frame.startswith(topic.prefix):
+            return topic
+    return None
