@@ -8,6 +8,9 @@ from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 ROLES = ("bus", "eventlog", "store", "gossip", "master", "api", "janitor")
 """Permanent roles in start order; stop order is the reverse."""
 
+GUNICORN_TICK_S = 1.0
+"""The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
+
 
 def role_args(cfg: NodeConfig, role: str) -> tuple[str, ...]:
     """Each role's own slice of the configuration, as command-line arguments."""
@@ -29,7 +32,8 @@ def build_tree(cfg: NodeConfig) -> SupervisorSpec:
         return ChildSpec(id=role, module=f"skulk.services.{role}", title=role,
                          args=role_args(cfg, role), restart="permanent",
                          shutdown_s=cfg.shutdown_s, ready_timeout_s=cfg.ready_timeout_s,
-                         heartbeat_s=cfg.heartbeat_s, liveness=cfg.liveness)
+                         heartbeat_s=max(cfg.heartbeat_s, GUNICORN_TICK_S) if role == "api"
+                         else cfg.heartbeat_s, liveness=cfg.liveness)
 
     runner = ChildSpec(id="runner", module="skulk.services.runner", title="runner",
                        restart="transient", shutdown_s=max(cfg.shutdown_s, 10.0),

@@ -30,7 +30,7 @@ def make_socket(
     subscribe: tuple[bytes, ...] = (),
 ) -> zmq.Socket[Any]:
     sock = ctx.socket(kind)
-    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.LINGER, 0)  # callers that must flush one last message close with linger
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
     sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes)

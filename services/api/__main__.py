@@ -26,8 +26,11 @@ from setproctitle import setproctitle
 
 from skulk.services import faults
 from skulk.services.api.app import create_app
-from skulk.services.base import ChildRuntime, die_with_parent, parse_child_args
+from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent, parse_child_args
 from skulk.supervisor import exitcodes
+from skulk.wire import endpoints
+from skulk.wire.control import ChildReady
+from skulk.wire.sockets import make_socket, send
 
 log = logging.getLogger("skulk.api")
 
@@ -43,13 +46,31 @@ def use_skulk_titles(title: str) -> None:
 
 class SupervisedArbiter(Arbiter):
     runtime: ChildRuntime
+    status_due = 0.0
 
     def murder_workers(self) -> None:
         super().murder_workers()
         if not self.runtime.parent_alive():
             raise HaltServer("supervisor is gone", exitcodes.CLEAN)
         self.runtime.beat()
-        self.runtime.publish_status(f"{len(self.WORKERS)} worker(s)", time.monotonic())
+        now = time.monotonic()
+        if now >= self.status_due:
+            self.status_due = now + STATUS_INTERVAL_S
+            self.runtime.publish_status(f"{len(self.WORKERS)} worker(s)", now)
+
+
+def report_ready_from_worker(runtime: ChildRuntime, worker: Any) -> None:
+    """Ready means a worker has loaded the app and can serve, so the worker says it,
+    on behalf of its arbiter (the pid the supervisor knows), on a socket of its own."""
+    ctx: zmq.Context[Any] = zmq.Context.instance()
+    sock = make_socket(ctx, zmq.PUSH, connect=endpoints.supervisor_notify(runtime.args.run_dir))
+    try:
+        send(sock, ChildReady(child_id=runtime.args.child_id, pid=os.getppid(),
+                              detail=f"worker {os.getpid()} serving"), flags=zmq.NOBLOCK)
+    except zmq.Again:
+        log.warning("api: could not report ready (supervisor not reading)")
+    finally:
+        sock.close(linger=1000)
 
 
 class ApiApplication(BaseApplication):
@@ -69,7 +90,7 @@ class ApiApplication(BaseApplication):
             "proc_name": runtime.args.title,
             "accesslog": None,
             "loglevel": "warning",
-            "when_ready": lambda _server: runtime.ready(f"http on fd {sock.fileno()}"),
+            "post_worker_init": lambda worker: report_ready_from_worker(runtime, worker),
             # A worker whose arbiter was killed must not linger holding the port.
             "post_fork": lambda _server, _worker: die_with_parent(signal.SIGKILL),
         }

@@ -1,0 +1,49 @@
+# Set-up is part of every target: a fresh machine needs only `make run` or `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+SKULK_HOME ?= $(HOME)/.skulk
+API_PORT ?= 52415
+CLUSTER_PORT ?= 52416
+
+.PHONY: run test setup sysdeps unit integration clean
+
+setup: sysdeps $(STAMP)
+
+# Debian/Ubuntu: OpenBLAS makes MLX on CPU fast (see docs); installed once, idempotently.
+sysdeps:
+	@if [ "$$(uname -s)" = "Linux" ] && command -v dpkg >/dev/null 2>&1; then \
+	  if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi; \
+	    echo "installing libopenblas0-pthread"; \
+	    ($$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0-pthread >/dev/null) \
+	      || echo "warning: could not install libopenblas0-pthread; MLX will use its slower bundled BLAS"; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+run: setup
+	@echo "Starting a Skulk node (home $(SKULK_HOME), API on port $(API_PORT)). Try, in another shell:"
+	@echo "  curl http://localhost:$(API_PORT)/health"
+	@echo "  $(VENV)/bin/skulk admin status --home $(SKULK_HOME)"
+	@echo "  $(VENV)/bin/skulk tap --home $(SKULK_HOME)"
+	exec $(VENV)/bin/skulk run --home $(SKULK_HOME) --api-port $(API_PORT) --cluster-port $(CLUSTER_PORT)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+unit: setup
+	$(PY) -m pytest -q tests/unit
+
+integration: setup
+	$(PY) -m pytest -q tests/integration
+
+clean:
+	rm -rf $(VENV) *.egg-info build

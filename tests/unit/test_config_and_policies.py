@@ -1,0 +1,80 @@
+"""Config precedence and strictness; fault-injection parsing; janitor retention policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skulk.services.faults import parse
+from skulk.services.janitor.policy import DAY_S, expired_traces
+from skulk.supervisor import config
+from skulk.supervisor.tree import ROLES, build_tree
+
+
+def test_defaults(tmp_path: Path):
+    cfg = config.load(home=tmp_path, env={})
+    assert (cfg.api_port, cfg.cluster_port, cfg.warmup_deadline_s) == (52415, 52416, 300.0)
+    assert (cfg.root_budget.intensity, cfg.root_budget.period_s) == (3, 60.0)
+    assert (cfg.runners_budget.intensity, cfg.runners_budget.period_s) == (5, 30.0)
+
+
+def test_precedence_yaml_then_env_then_cli(tmp_path: Path):
+    (tmp_path / "skulk.yaml").write_text(
+        "node: {api_port: 1000, cluster_port: 2000}\ncluster: {namespace: lab}\n"
+        "supervisor: {intensity: 9, period_s: 30}\n")
+    cfg = config.load(home=tmp_path, env={"SKULK_API_PORT": "3000", "SKULK_NAMESPACE": "envns",
+                                          "SKULK_WARMUP_DEADLINE_SECONDS": "12"},
+                      overrides={"namespace": "cli", "cluster_port": None})
+    assert cfg.api_port == 3000 and cfg.cluster_port == 2000 and cfg.namespace == "cli"
+    assert cfg.root_budget.intensity == 9 and cfg.warmup_deadline_s == 12.0
+    assert cfg.config_path == tmp_path / "skulk.yaml"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("bogus: {}\n", "unknown section"),
+    ("node: {nope: 1}\n", "unknown key node.nope"),
+    ("node: {api_port: '80'}\n", "node.api_port"),
+    ("heartbeat: {interval_s: true}\n", "heartbeat.interval_s"),
+    ("cluster: {bootstrap_peers: [1, 2]}\n", "list of strings"),
+    ("- a\n- b\n", "mapping"),
+    ("node: [\n", "not valid YAML"),
+    ("node: {api_port: 70000}\n", "api_port must be"),
+    ("node: {api_port: 5000, cluster_port: 4999}\n", "must differ"),
+    ("supervisor: {intensity: 3, extra: 1}\n", "intensity and period_s"),
+])
+def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, needle: str):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(config.ConfigError, match=needle):
+        config.load(home=tmp_path, config_path=path, env={})
+
+
+def test_bad_env_value(tmp_path: Path):
+    with pytest.raises(config.ConfigError, match="SKULK_API_PORT"):
+        config.load(home=tmp_path, env={"SKULK_API_PORT": "eighty"})
+
+
+def test_tree_declares_every_role_then_the_runners_supervisor(tmp_path: Path):
+    cfg = config.load(home=tmp_path, env={"SKULK_WARMUP_DEADLINE_SECONDS": "42"})
+    tree = build_tree(cfg)
+    assert [c.id for c in tree.children] == [*ROLES, "runners"]
+    runners = tree.children[-1]
+    assert runners.strategy == "simple_one_for_one" and runners.template.ready_timeout_s == 42.0
+    assert tree.strategy == "one_for_one" and tree.intensity == 3
+
+
+def test_fault_spec_parsing():
+    assert parse("runner@decode:5=crash, janitor@boot=hang") == {
+        ("runner", "decode:5"): "crash", ("janitor", "boot"): "hang"}
+    assert parse("") == {}
+    with pytest.raises(ValueError):
+        parse("runner=crash")
+
+
+def test_janitor_deletes_only_expired_trace_files():
+    now = 10 * DAY_S
+    files = [("trace_old.json", now - 4 * DAY_S), ("trace_new.json", now - 1 * DAY_S),
+             ("notes.txt", 0.0), ("trace_edge.json", now - 3 * DAY_S)]
+    assert expired_traces(files, now, 3.0) == ["trace_old.json"]
+    assert expired_traces(files, now, 0) == []

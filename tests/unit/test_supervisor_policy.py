@@ -1,0 +1,94 @@
+"""Pure decisions of the tree: strategy, restart type, budget, watchdog, back-off, exit codes."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from skulk.supervisor import exitcodes
+from skulk.supervisor.intensity import RestartBudget
+from skulk.supervisor.strategy import affected, should_restart
+from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, verdict
+
+IDS = ["a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("strategy,failed,expected", [
+    ("one_for_one", "b", ["b"]),
+    ("simple_one_for_one", "c", ["c"]),
+    ("one_for_all", "b", IDS),
+    ("rest_for_one", "b", ["b", "c", "d"]),
+    ("rest_for_one", "a", IDS),
+    ("rest_for_one", "d", ["d"]),
+])
+def test_affected(strategy, failed, expected):
+    assert affected(strategy, IDS, failed) == expected
+
+
+def test_affected_rejects_unknown_child_and_strategy():
+    with pytest.raises(ValueError):
+        affected("one_for_one", IDS, "z")
+    with pytest.raises(ValueError):
+        affected("bogus", IDS, "a")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("restart,code,expected", [
+    ("permanent", 0, True), ("permanent", 1, True), ("permanent", -9, True),
+    ("transient", 0, False), ("transient", -signal.SIGTERM, False), ("transient", 1, True),
+    ("transient", -signal.SIGKILL, True), ("temporary", 1, False), ("temporary", -9, False),
+])
+def test_should_restart(restart, code, expected):
+    assert should_restart(restart, code) is expected
+
+
+def test_budget_allows_intensity_restarts_in_period_then_exceeds():
+    budget = RestartBudget(3, 60.0)
+    for t in (0.0, 1.0, 2.0):
+        budget, exceeded = budget.record(t)
+        assert not exceeded
+    _, exceeded = budget.record(3.0)
+    assert exceeded
+
+
+def test_budget_forgets_restarts_older_than_the_period():
+    budget = RestartBudget(2, 10.0)
+    for t in (0.0, 5.0):
+        budget, _ = budget.record(t)
+    budget, exceeded = budget.record(10.5)  # the one at 0.0 has aged out
+    assert not exceeded and budget.stamps == (5.0, 10.5)
+    _, exceeded = budget.record(11.0)
+    assert exceeded
+
+
+def test_zero_intensity_escalates_on_first_failure():
+    _, exceeded = RestartBudget(0, 5.0).record(100.0)
+    assert exceeded
+
+
+def test_watchdog_ready_deadline():
+    clock = ChildClock(started_at=10.0, ready_timeout_s=5.0, heartbeat_s=1.0, liveness=3)
+    assert clock.deadline() == 15.0
+    assert verdict(clock, 14.99) is None
+    assert verdict(clock, 15.0) == "ready_timeout"
+
+
+def test_watchdog_heartbeats_after_ready():
+    clock = ChildClock(0.0, 5.0, 1.0, 3).ready(2.0)
+    assert verdict(clock, 4.9) is None and clock.deadline() == 5.0
+    assert verdict(clock, 5.0) == "heartbeat_missed"
+    clock = clock.beat(4.5)
+    assert verdict(clock, 7.4) is None
+    assert verdict(clock, 7.5) == "heartbeat_missed"
+
+
+def test_boot_backoff_is_never_a_tight_loop():
+    assert [boot_backoff_s(n) for n in range(7)] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+
+
+def test_exit_codes_in_plain_words():
+    assert exitcodes.describe(-9) == "signal 9 (SIGKILL)"
+    assert exitcodes.describe(-6) == "signal 6 (SIGABRT)"
+    assert exitcodes.describe(70) == "exit code 70 (escalated)"
+    assert exitcodes.describe(5) == "exit code 5"
+    assert exitcodes.is_normal(0) and exitcodes.is_normal(-15) and not exitcodes.is_normal(1)
