@@ -17,7 +17,7 @@ sysdeps:
 	  if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then \
 	    if [ "$$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi; \
 	    echo "installing libopenblas0-pthread"; \
-	    ($$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0-pthread >/dev/null) \
+	    ($$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0-pthread >/dev/null) \
 	      || echo "warning: could not install libopenblas0-pthread; MLX will use its slower bundled BLAS"; \
 	  fi; \
 	fi

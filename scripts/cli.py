@@ -24,8 +24,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         cfg = config.load(home=_home(ns.home), config_path=ns.config, overrides={
             "api_port": ns.api_port, "cluster_port": ns.cluster_port, "listen": ns.listen,
             "namespace": ns.namespace,
-            "bootstrap_peers": ns.bootstrap_peers.split(",") if ns.bootstrap_peers else None,
-            "place": ns.place or None})
+            "bootstrap_peers": ns.bootstrap_peers.split(",") if ns.bootstrap_peers else None})
     except config.ConfigError as exc:
         print(f"skulk: configuration error: {exc}", file=sys.stderr)
         return exitcodes.CONFIG_ERROR
@@ -108,7 +107,6 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="address to bind (default 0.0.0.0)")
     run.add_argument("--namespace", help="cluster namespace (env SKULK_NAMESPACE)")
     run.add_argument("--bootstrap-peers", help="host:port,... (env SKULK_BOOTSTRAP_PEERS)")
-    run.add_argument("--place", action="append", help="model id to place once ready (repeatable)")
     run.set_defaults(func=cmd_run)
 
     adm = sub.add_parser("admin", help="status / restart / stop a node or one of its roles")

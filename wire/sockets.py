@@ -79,6 +79,15 @@ def recv_published(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[bytes, Mes
     return frames[0], codec.decode(frames[1])
 
 
+class RoutedDecodeError(MalformedFrame):
+    """A bad payload from a known sender: carries the envelope so the sender gets an answer."""
+
+    def __init__(self, envelope: list[bytes], cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.envelope = envelope
+        self.cause = cause
+
+
 def recv_routed(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[list[bytes], Message]:
     """From a ROUTER: the envelope (identity, and the empty delimiter of a REQ peer) and the message.
 
@@ -93,13 +102,6 @@ def recv_routed(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[list[bytes], 
         return envelope, codec.decode(payload)
     except Exception as exc:
         raise RoutedDecodeError(envelope, exc) from exc
-
-
-class RoutedDecodeError(MalformedFrame):
-    def __init__(self, envelope: list[bytes], cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.envelope = envelope
-        self.cause = cause
 
 
 def send_routed(sock: zmq.Socket[Any], envelope: list[bytes], msg: Message) -> bool:

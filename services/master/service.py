@@ -12,4 +12,4 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--listen", default="0.0.0.0")
     p.add_argument("--port", type=int, required=True)
     ns = p.parse_args(argv)
-    loop.status_detail = f"follower (no election yet), command port {ns.port} reserved"
+    loop.status_detail = f"no election yet (command port {ns.port} not bound)"

@@ -139,3 +139,32 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_children_exit_by_themselves_when_the_root_is_killed(nodes):
+    import psutil
+
+    node = nodes()
+    children = [psutil.Process(p) for p in node.group_pids() if p != node.pid]
+    t0 = time.monotonic()
+    os.kill(node.pid, signal.SIGKILL)
+    node.proc.wait(timeout=5)
+    _gone, alive = psutil.wait_procs(children, timeout=5)
+    print(f"root SIGKILLed: {len(children)} children exited by themselves in "
+          f"{time.monotonic() - t0:.3f}s")
+    assert alive == []
+
+
+def test_sighup_restarts_the_node_in_place(nodes):
+    node = nodes()
+    before = node.status()
+    os.kill(node.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        # Each try is a blocking `wait`; the stopping incarnation answers "node is stopping".
+        reply = node.admin("wait", timeout_s=deadline - time.monotonic(), request_timeout=2.0)
+        rows = {c.id: c for c in reply.children}
+        if reply.ok and rows["bus"].pid != before["bus"].pid:
+            break
+    assert reply.ok and reply.root_pid == node.pid
+    assert all(rows[r].pid != before[r].pid for r in ROLES)
