@@ -24,7 +24,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
         cfg = config.load(home=_home(ns.home), config_path=ns.config, overrides={
             "api_port": ns.api_port, "cluster_port": ns.cluster_port, "listen": ns.listen,
             "namespace": ns.namespace,
-            "bootstrap_peers": ns.bootstrap_peers.split(",") if ns.bootstrap_peers else None})
+            "bootstrap_peers": ns.bootstrap_peers.split(",") if ns.bootstrap_peers else None,
+            "place": ns.place or None})
     except config.ConfigError as exc:
         print(f"skulk: configuration error: {exc}", file=sys.stderr)
         return exitcodes.CONFIG_ERROR
@@ -95,6 +96,18 @@ def cmd_tap(ns: argparse.Namespace) -> int:
                    duration_s=ns.duration)
 
 
+def cmd_model(ns: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from skulk.scripts import demo_model
+
+    path = demo_model.build(_home(ns.home).expanduser().resolve() / "models", seed=ns.seed,
+                            force=ns.force)
+    print(f"{demo_model.MODEL_ID} at {path} (sha256 {demo_model.digest(path)[:16]})")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skulk", description="Skulk: one LLM cluster from a few machines")
     sub = p.add_subparsers(dest="command", required=True)
@@ -107,6 +120,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="address to bind (default 0.0.0.0)")
     run.add_argument("--namespace", help="cluster namespace (env SKULK_NAMESPACE)")
     run.add_argument("--bootstrap-peers", help="host:port,... (env SKULK_BOOTSTRAP_PEERS)")
+    run.add_argument("--place", action="append", metavar="MODEL_ID",
+                     help="place this model on the node once it is up (repeatable)")
     run.set_defaults(func=cmd_run)
 
     adm = sub.add_parser("admin", help="status / restart / stop a node or one of its roles")
@@ -127,6 +142,13 @@ def parser() -> argparse.ArgumentParser:
     tap.add_argument("--count", type=int, default=0, help="stop after N messages")
     tap.add_argument("--duration", type=float, default=0.0, help="stop after S seconds")
     tap.set_defaults(func=cmd_tap)
+    model = sub.add_parser("model", help="model tools")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    demo = model_sub.add_parser("demo", help="build the deterministic demo model skulk/demo-tiny")
+    demo.add_argument("--home")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--force", action="store_true", help="rebuild even if present")
+    demo.set_defaults(func=cmd_model)
     return p
 
 

@@ -130,6 +130,7 @@ class ServiceLoop:
         self._timers: list[tuple[float, int, float, Callable[[], None]]] = []
         self._timer_seq = 0
         self._stop = False
+        self._work: Callable[[], bool] | None = None
         self.status_detail = ""
         self._wake_r, wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -157,6 +158,12 @@ class ServiceLoop:
     def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
         self.rt.publish(topic, msg, suffix)
 
+    def set_work(self, step: Callable[[], bool]) -> None:
+        """`step()` runs once per loop iteration and returns True while it has more to do;
+        the poll does not wait while it does, so sockets, timers and the heartbeat are
+        served between steps (a runner's decode steps)."""
+        self._work = step
+
     def stop(self) -> None:
         self._stop = True
 
@@ -172,10 +179,11 @@ class ServiceLoop:
 
     def run(self) -> int:
         faults.inject(self.rt.role, "loop")
+        busy = False
         while not self._stop:
             now = time.monotonic()
             timeout = max(0.0, self._timers[0][0] - now) if self._timers else 1.0
-            for key, _ in self.poller.poll(int(timeout * 1000) + 1):
+            for key, _ in self.poller.poll(0 if busy else int(timeout * 1000) + 1):
                 try:
                     self._handlers[key](key)
                 except WireError as exc:  # a bad frame is logged, never fatal
@@ -185,6 +193,7 @@ class ServiceLoop:
                 due, seq, interval, fn = heapq.heappop(self._timers)
                 fn()
                 heapq.heappush(self._timers, (max(due + interval, now), seq, interval, fn))
+            busy = self._work() if self._work is not None else False
             if not self.rt.parent_alive():
                 log.warning("%s: supervisor is gone; exiting", self.rt.args.child_id)
                 return exitcodes.CLEAN

@@ -25,8 +25,9 @@ class ChildProcess:
     @classmethod
     def spawn(cls, spec: ChildSpec, *, child_id: str, home: Path, run_dir: Path,
               extra_args: tuple[str, ...] = ()) -> ChildProcess:
+        title = spec.title if child_id == spec.id else f"{spec.title} {child_id}"
         argv = [sys.executable, "-m", spec.module,
-                "--child-id", child_id, "--title", spec.title,
+                "--child-id", child_id, "--title", title,
                 "--home", str(home), "--run-dir", str(run_dir),
                 "--heartbeat-s", repr(spec.heartbeat_s),
                 *spec.args, *extra_args]

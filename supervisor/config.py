@@ -44,6 +44,7 @@ class NodeConfig:
     api_workers: int = 1
     api_threads: int = 16
     trace_retention_days: float = 3.0
+    place: tuple[str, ...] = ()
     config_path: Path | None = None
 
 

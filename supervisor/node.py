@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -62,7 +63,9 @@ def run_node(cfg: NodeConfig) -> int:
         return exitcodes.BOOT_FAILURE
     log.info("node starting: home %s, api port %d, cluster port %d, pid %d",
              cfg.home, cfg.api_port, cfg.cluster_port, os.getpid())
-    loop = NodeLoop(cfg, build_tree(cfg), run)
+    node_id = secrets.token_hex(8)  # new per process start, as upstream's node ids
+    log.info("node id %s", node_id)
+    loop = NodeLoop(cfg, build_tree(cfg, node_id), run)
     code = loop.run()
     if code == exitcodes.ESCALATED:
         log.critical("restart budget exhausted; node stopped (exit %d)", code)

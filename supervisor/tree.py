@@ -12,25 +12,26 @@ GUNICORN_TICK_S = 1.0
 """The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
 
 
-def role_args(cfg: NodeConfig, role: str) -> tuple[str, ...]:
+def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
     """Each role's own slice of the configuration, as command-line arguments."""
     if role == "api":
-        return ("--listen", cfg.listen, "--port", str(cfg.api_port),
+        return ("--listen", cfg.listen, "--port", str(cfg.api_port), "--node-id", node_id,
                 "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads))
     if role == "gossip":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
                 "--namespace", cfg.namespace, "--peers", ",".join(cfg.bootstrap_peers))
     if role == "master":
-        return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1))
+        return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1), "--node-id", node_id,
+                *(a for m in cfg.place for a in ("--place", m)))
     if role == "janitor":
         return ("--trace-retention-days", repr(cfg.trace_retention_days))
     return ()
 
 
-def build_tree(cfg: NodeConfig) -> SupervisorSpec:
+def build_tree(cfg: NodeConfig, node_id: str) -> SupervisorSpec:
     def child(role: str) -> ChildSpec:
         return ChildSpec(id=role, module=f"skulk.services.{role}", title=role,
-                         args=role_args(cfg, role), restart="permanent",
+                         args=role_args(cfg, role, node_id), restart="permanent",
                          shutdown_s=cfg.shutdown_s, ready_timeout_s=cfg.ready_timeout_s,
                          heartbeat_s=max(cfg.heartbeat_s, GUNICORN_TICK_S) if role == "api"
                          else cfg.heartbeat_s, liveness=cfg.liveness)

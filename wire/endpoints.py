@@ -54,5 +54,10 @@ def bus_capture(run: Path) -> str:
     return _ipc(run, "tap.sock")
 
 
+def master_local(run: Path) -> str:
+    """Master ROUTER for this node's API: commands and state snapshots."""
+    return _ipc(run, "master.sock")
+
+
 def tcp(host: str, port: int) -> str:
     return f"tcp://{host}:{port}"

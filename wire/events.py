@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from skulk.wire.message import Message
+from skulk.wire.state import RunnerStatus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,3 +33,14 @@ class ChildLifecycle(Message):
     pid: int | None
     restarts: int
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunnerReport(Message):
+    """A runner's current status, sent on every change and every 2 s (the bus is lossy;
+    the master indexes only changes)."""
+
+    TYPE: ClassVar[str] = "event.runner_report"
+    runner_id: str
+    instance_id: str
+    status: RunnerStatus

@@ -6,8 +6,12 @@
 from __future__ import annotations
 
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, ChildStatus, Heartbeat
-from skulk.wire.events import ChildLifecycle, ServiceStatus
+from skulk.wire import commands as cmd
+from skulk.wire import inference as inf
+from skulk.wire import state as st
+from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.message import Message
+from skulk.wire.models import ModelCard
 from skulk.wire.schema import compile_decoder
 
 ALL: tuple[type[Message], ...] = (
@@ -20,6 +24,21 @@ ALL: tuple[type[Message], ...] = (
     # node-local bus events
     ServiceStatus,
     ChildLifecycle,
+    RunnerReport,
+    # models and replicated state
+    ModelCard,
+    st.ShardMeta, st.Instance, st.RunnerStatus, st.ChatMessage, st.TaskParams, st.Task,
+    st.NodeInfo, st.State,
+    st.InstanceCreated, st.InstanceDeleted, st.RunnerStatusUpdated, st.TaskCreated,
+    st.TaskStatusUpdated, st.TaskFailed, st.TaskDeleted, st.NodeGatheredInfo,
+    st.IndexedEvent, st.StateHead,
+    # commands to the master and its replies
+    cmd.PlaceInstance, cmd.DeleteInstance, cmd.TextGeneration, cmd.TaskCancelled,
+    cmd.TaskFinished, cmd.SnapshotRequest,
+    cmd.CommandAccepted, cmd.CommandRejected, cmd.Routed, cmd.StateSnapshot,
+    # data plane: API <-> runner
+    inf.Generate, inf.Cancel, inf.Started, inf.Progress, inf.TopLogprob, inf.TokenChunk,
+    inf.Done, inf.Failed,
 )
 
 

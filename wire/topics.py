@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from skulk.wire.events import ChildLifecycle, ServiceStatus
+from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.message import Message
+from skulk.wire.state import IndexedEvent, StateHead
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,10 @@ class Topic:
 EVT_SERVICE = Topic(b"evt.service.", (ServiceStatus,))
 EVT_SUPERVISOR = Topic(b"evt.supervisor.", (ChildLifecycle,))
 
-ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR)
+EVT_RUNNER = Topic(b"evt.runner.", (RunnerReport,))
+EVT_STATE = Topic(b"evt.state.", (IndexedEvent, StateHead))
+
+ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR, EVT_RUNNER, EVT_STATE)
 
 
 def topic_for_frame(frame: bytes) -> Topic | None:

@@ -75,8 +75,9 @@ def report_ready_from_worker(runtime: ChildRuntime, worker: Any) -> None:
 
 class ApiApplication(BaseApplication):
     def __init__(self, runtime: ChildRuntime, sock: socket.socket, workers: int, threads: int,
-                 graceful_s: float) -> None:
+                 graceful_s: float, node_id: str) -> None:
         self.runtime = runtime
+        self.node_id = node_id
         self.sock = sock
         self.settings = {
             "bind": [f"fd://{sock.fileno()}"],
@@ -101,7 +102,8 @@ class ApiApplication(BaseApplication):
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        return create_app()
+        args = self.runtime.args
+        return create_app(args.home, args.run_dir, self.node_id)
 
     def run(self) -> None:
         SupervisedArbiter.runtime = self.runtime
@@ -125,6 +127,7 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--threads", type=int, default=16)
+    p.add_argument("--node-id", required=True)
     ns = p.parse_args(args.rest)
     # A private context: gunicorn forks workers after this, and they must not share it.
     runtime = ChildRuntime("api", args, ctx=zmq.Context())
@@ -135,7 +138,7 @@ def main() -> None:
     except OSError as exc:
         log.error("api cannot listen on %s:%d: %s", ns.listen, ns.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
-    ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0).run()
+    ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0, node_id=ns.node_id).run()
 
 
 main()

@@ -1,12 +1,23 @@
-"""`create_app()`: the Falcon application (resources are plain classes, no zmq here)."""
+"""`create_app(...)`: the Falcon application of one gunicorn worker (Falcon "look" style).
+
+Built after the fork, in each worker: it starts the worker's state replica thread and a
+gateway whose sockets are per thread.
+"""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import falcon
 
 from skulk.services.api.errors import handle_unexpected, serialize_error
+from skulk.services.api.gateway import Gateway
+from skulk.services.api.replica import StateReplica
+from skulk.services.api.resources.chat import ChatResource
+from skulk.services.api.resources.cluster import (HealthResource, InstanceResource,
+                                                  ModelsResource, NodeIdResource,
+                                                  PlaceResource, PreviewsResource, StateResource)
 
 
 def skulk_version() -> str:
@@ -16,19 +27,20 @@ def skulk_version() -> str:
         return "0+unknown"
 
 
-class HealthResource:
-    """`GET /health`: `{"status": "idle"|"busy", "version"}` (seed 001's check)."""
-
-    def __init__(self, version_str: str) -> None:
-        self.version = version_str
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {"status": "idle", "version": self.version}
-
-
-def create_app() -> falcon.App:
+def create_app(home: Path, run_dir: Path, node_id: str) -> falcon.App:
+    replica = StateReplica(run_dir)
+    gateway = Gateway(run_dir, replica)
+    models = home / "models"
     app = falcon.App(cors_enable=True)
     app.set_error_serializer(serialize_error)
     app.add_error_handler(Exception, handle_unexpected)
-    app.add_route("/health", HealthResource(skulk_version()))
+    app.add_route("/health", HealthResource(replica, skulk_version()))
+    app.add_route("/node_id", NodeIdResource(node_id))
+    app.add_route("/state", StateResource(replica))
+    app.add_route("/v1/models", ModelsResource(models))
+    app.add_route("/models", ModelsResource(models))
+    app.add_route("/v1/chat/completions", ChatResource(gateway, replica, node_id))
+    app.add_route("/place_instance", PlaceResource(gateway, models))
+    app.add_route("/instance/previews", PreviewsResource(replica, models))
+    app.add_route("/instance/{instance_id}", InstanceResource(gateway, replica))
     return app

@@ -1,4 +1,8 @@
-from skulk.services.base import run_service
-from skulk.services.runner.service import setup
+from skulk.services.runner.engine import preload_blas
 
-run_service("runner", setup)
+_BLAS = preload_blas()  # before anything imports mlx
+
+from skulk.services.base import run_service  # noqa: E402
+from skulk.services.runner.service import setup_runner  # noqa: E402
+
+run_service("runner", lambda loop, argv: setup_runner(loop, argv, _BLAS))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
@@ -8,10 +10,23 @@ import pytest
 
 from tests.integration.harness import Node, start_node
 
+DEMO_DIR = "skulk--demo-tiny"
+
+
+@pytest.fixture(scope="session")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo model, built once per session by the real CLI (keeps mlx out of pytest)."""
+    home = tmp_path_factory.mktemp("demo-home")
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home",
+                          str(home)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return home / "models" / DEMO_DIR
+
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[Callable[..., Node]]:
-    """`nodes(name=..., config=..., env=...)` starts a real node; all are killed at teardown."""
+    """`nodes(name=..., config=..., env=..., args=..., models=...)` starts a real node;
+    all are killed at teardown, whatever happened."""
     started: list[Node] = []
 
     def start(name: str = "node", ready: bool = True, **kw: Any) -> Node:

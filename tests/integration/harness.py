@@ -58,6 +58,10 @@ class Node:
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
     def admin(self, verb: str, target: str = "", **kw: Any) -> AdminReply:
         timeout = kw.pop("request_timeout", 5.0)
         return request(self.home, AdminCommand(verb=verb, target=target, **kw), timeout_s=timeout)
@@ -99,17 +103,24 @@ class Node:
 
 
 def start_node(tmp: Path, name: str = "node", config: dict[str, Any] | None = None,
-               env: dict[str, str] | None = None, ready: bool = True) -> Node:
+               env: dict[str, str] | None = None, ready: bool = True,
+               args: tuple[str, ...] = (), models: dict[str, Path] | None = None) -> Node:
     home = tmp / name
     home.mkdir(parents=True, exist_ok=True)
     if config:
         (home / "skulk.yaml").write_text(yaml.safe_dump(config))
+    for dir_name, source in (models or {}).items():
+        (home / "models").mkdir(exist_ok=True)
+        link = home / "models" / dir_name
+        if not link.exists():
+            link.symlink_to(source, target_is_directory=True)
     api_port, cluster_port = free_port(), free_port(pair=True)
     log_path = home / "node.out"
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full_env.pop("SKULK_HOME", None)
     argv = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(home),
-            "--api-port", str(api_port), "--cluster-port", str(cluster_port), "--listen", "127.0.0.1"]
+            "--api-port", str(api_port), "--cluster-port", str(cluster_port), "--listen", "127.0.0.1",
+            *args]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True)

@@ -57,7 +57,7 @@ def test_bad_env_value(tmp_path: Path):
 
 def test_tree_declares_every_role_then_the_runners_supervisor(tmp_path: Path):
     cfg = config.load(home=tmp_path, env={"SKULK_WARMUP_DEADLINE_SECONDS": "42"})
-    tree = build_tree(cfg)
+    tree = build_tree(cfg, "n1")
     assert [c.id for c in tree.children] == [*ROLES, "runners"]
     runners = tree.children[-1]
     assert runners.strategy == "simple_one_for_one" and runners.template.ready_timeout_s == 42.0

@@ -1,0 +1,118 @@
+"""`skulk model demo`: build `skulk/demo-tiny` locally and deterministically.
+
+A small qwen2 (supports tensor and pipeline sharding in mlx-lm) with seeded random weights
+saved by mlx-lm (`model.safetensors` + `model.safetensors.index.json`), a byte-level BPE
+tokenizer trained offline on a corpus generated here from the Zen of Python with a seeded
+RNG (no files from outside, so the same seed gives the same bytes on every machine), and a
+ChatML chat template. Greedy output of random weights is gibberish; it is for plumbing,
+equality checks and benchmarks, not for reading.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+MODEL_ID = "skulk/demo-tiny"
+DIR_NAME = "skulk--demo-tiny"
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+ARCH = {"hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 768,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True}
+VOCAB_TARGET = 1024
+
+
+def _zen_rot13() -> str:
+    """`this.s` read from the module's source (importing `this` would print it)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("this")
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "s":
+            return ast.literal_eval(node.value)
+    raise RuntimeError("the Zen of Python is missing from this.py")
+
+
+def corpus(seed: int, lines: int = 4000) -> list[str]:
+    """Deterministic training text: the Zen of Python, then seeded sentences of its words."""
+    zen = codecs.decode(_zen_rot13(), "rot13")
+    words = zen.replace("\n", " ").split()
+    rng = random.Random(seed)
+    out = zen.splitlines()
+    for _ in range(lines):
+        out.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 16))))
+    out += ["def f(x):\n    return x + 1", "print('hello, world')", "0123456789 .,;:!?()[]{}"]
+    return out
+
+
+def build_tokenizer(out: Path, seed: int) -> int:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_TARGET, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus(seed), trainer=trainer)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+        "chat_template": CHAT_TEMPLATE, "model_max_length": ARCH["max_position_embeddings"],
+        "add_bos_token": False, "clean_up_tokenization_spaces": False}, indent=2, sort_keys=True))
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2, sort_keys=True))
+    return tok.get_vocab_size()
+
+
+def build(models_dir: Path, seed: int = 0, force: bool = False) -> Path:
+    """Write the model into `<models_dir>/skulk--demo-tiny` (atomically) and return its path."""
+    target = models_dir / DIR_NAME
+    if target.is_dir() and (target / "config.json").is_file() and not force:
+        return target
+    import mlx.core as mx
+    from mlx_lm.models import qwen2
+    from mlx_lm.utils import save_model
+
+    models_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".demo-", dir=models_dir))
+    try:
+        vocab = build_tokenizer(work, seed)
+        tokenizer = json.loads((work / "tokenizer.json").read_text())["added_tokens"]
+        eos = next(t["id"] for t in tokenizer if t["content"] == "<|im_end|>")
+        config = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                  "vocab_size": vocab, "torch_dtype": "float32", "eos_token_id": eos, **ARCH}
+        mx.random.seed(seed)
+        model = qwen2.Model(qwen2.ModelArgs.from_dict(config))
+        model.set_dtype(mx.float32)
+        mx.eval(model.parameters())
+        save_model(work, model)
+        (work / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        if target.exists():
+            shutil.rmtree(target)
+        work.rename(target)
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def digest(model_dir: Path) -> str:
+    """sha256 over every file's name and bytes: the same seed must give the same digest."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        h.update(f.relative_to(model_dir).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()

@@ -1,0 +1,149 @@
+"""The only zmq code of the API's request threads: commands to the master, streams from runners.
+
+Sockets are thread-local (gthread: one socket, one thread). Commands use a REQ with Lazy
+Pirate (poll with a deadline, retry once on a fresh socket; the master's replies are
+idempotent by command id). A stream polls its runner's DEALER in short slices and checks the
+state replica between them, so a runner that died, or an instance that was deleted, ends the
+stream at once instead of waiting for a silence timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from skulk.services.api.replica import StateReplica
+from skulk.wire import endpoints
+from skulk.wire.commands import Reply
+from skulk.wire.errors import WireError
+from skulk.wire.inference import Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
+from skulk.wire.message import Message
+from skulk.wire.sockets import make_socket, recv, send
+from skulk.wire.state import SERVING_KINDS, TaskParams
+
+COMMAND_TIMEOUT_S = 5.0
+SLICE_S = 0.1
+KEEPALIVE_S = 10.0
+STALL_S = 120.0
+FIRST_TOKEN_S = 600.0
+
+
+class MasterUnavailable(RuntimeError):
+    """No answer from the master within the command deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """Yielded by a stream after KEEPALIVE_S of silence (the SSE writer sends a comment)."""
+
+
+INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
+RUNNER_LOST = "The runner executing this request was lost ({detail}); please retry"
+
+
+class Gateway:
+    def __init__(self, run_dir: Path, replica: StateReplica) -> None:
+        self.run_dir = run_dir
+        self.replica = replica
+        self._local = threading.local()
+        self.ctx: zmq.Context[Any] = zmq.Context.instance()
+
+    # ---- master -----------------------------------------------------------------------------
+    def command(self, cmd: Message, timeout: float = COMMAND_TIMEOUT_S) -> Reply:
+        for _attempt in range(2):
+            sock = getattr(self._local, "req", None)
+            if sock is None:
+                sock = make_socket(self.ctx, zmq.REQ, connect=endpoints.master_local(self.run_dir))
+                self._local.req = sock
+            send(sock, cmd)
+            if sock.poll(int(timeout * 1000), zmq.POLLIN):
+                try:
+                    return recv(sock)  # type: ignore[return-value]
+                except WireError as exc:
+                    raise MasterUnavailable(f"bad reply from the master: {exc}") from None
+            sock.close(0)  # REQ is stuck after a lost reply: reopen (Lazy Pirate)
+            self._local.req = None
+        raise MasterUnavailable("the master did not answer in time; please retry")
+
+    # ---- runners ----------------------------------------------------------------------------
+    def _dealer(self, endpoint: str) -> zmq.Socket[Any]:
+        socks: dict[str, zmq.Socket[Any]] = getattr(self._local, "dealers", None) or {}
+        self._local.dealers = socks
+        if endpoint not in socks:
+            socks[endpoint] = make_socket(self.ctx, zmq.DEALER, hwm=100000, connect=endpoint)
+        return socks[endpoint]
+
+    def cancel(self, endpoint: str, request_id: str) -> None:
+        try:
+            send(self._dealer(endpoint), Cancel(request_id=request_id), flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def stream(self, endpoint: str, request_id: str, task_id: str, instance_id: str,
+               runner_id: str, params: TaskParams) -> Iterator[Message | KeepAlive]:
+        """Started / Progress / TokenChunk ... then exactly one Done or Failed (or KeepAlive)."""
+        sock = self._dealer(endpoint)
+        send(sock, Generate(request_id=request_id, task_id=task_id, params=params))
+        now = time.monotonic()
+        last_msg = last_out = now
+        first_by = now + FIRST_TOKEN_S
+        got_token = False
+        while True:
+            if sock.poll(int(SLICE_S * 1000), zmq.POLLIN):
+                try:
+                    msg = recv(sock, flags=zmq.NOBLOCK)
+                except (zmq.Again, WireError):
+                    continue
+                if getattr(msg, "request_id", None) != request_id:
+                    continue  # a leftover of an earlier request on this thread's socket
+                last_msg = last_out = time.monotonic()
+                if isinstance(msg, TokenChunk):
+                    got_token = True
+                yield msg
+                if isinstance(msg, (Done, Failed)):
+                    return
+                continue
+            now = time.monotonic()
+            lost = self._lost(instance_id, runner_id, endpoint)
+            if lost:
+                yield Failed(request_id=request_id, error=lost)
+                return
+            if got_token and now - last_msg > STALL_S:
+                yield Failed(request_id=request_id, error=f"Stream stalled: no output for "
+                                                          f"{STALL_S:.0f}s; the response may be incomplete.")
+                return
+            if not got_token and now > first_by:
+                yield Failed(request_id=request_id, error=f"No output within {FIRST_TOKEN_S:.0f}s")
+                return
+            if now - last_out >= KEEPALIVE_S:
+                last_out = now
+                yield KeepAlive()
+
+    def _lost(self, instance_id: str, runner_id: str, endpoint: str) -> str:
+        """Why this stream can no longer complete, or "" while its runner still serves it.
+
+        Checked by incarnation, not only by status: a runner that crashed and was restarted
+        (same id, new process, new endpoint) cannot finish a request the old one started.
+        """
+        state = self.replica.get(timeout=0)
+        if state is None:
+            return ""
+        if instance_id not in state.instances:
+            return INSTANCE_DELETED
+        status = state.runners.get(runner_id)
+        if status is None:
+            return RUNNER_LOST.format(detail="no status")
+        if status.kind == "RunnerFailed":
+            return RUNNER_LOST.format(detail=status.error_message or "failed")
+        if status.kind not in SERVING_KINDS or status.endpoint != endpoint:
+            return RUNNER_LOST.format(detail=f"it restarted and is now {status.kind}")
+        return ""
+
+
+__all__ = ["Gateway", "KeepAlive", "MasterUnavailable", "Started", "Progress"]

@@ -1,0 +1,131 @@
+"""This API worker's replica of the cluster state: snapshot, then the indexed events.
+
+A daemon thread owns its two sockets (zguide Clone): it subscribes to `evt.state.` first,
+asks the local master for a snapshot, applies buffered and new events strictly in order, and
+re-syncs from a snapshot on a gap, a new session, or a `StateHead` ahead of it. Readers get
+an immutable `State` (never a half-applied one).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from skulk.wire import endpoints
+from skulk.wire.commands import SnapshotRequest, StateSnapshot
+from skulk.wire.errors import WireError
+from skulk.wire.reducer import OutOfOrder, apply
+from skulk.wire.sockets import make_socket, recv, recv_published, send
+from skulk.wire.state import IndexedEvent, State, StateHead
+
+log = logging.getLogger("skulk.api")
+
+SNAPSHOT_RETRY_S = 2.0
+
+
+class StateReplica:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._state: State | None = None
+        self._cond = threading.Condition()
+        self._buffer: list[IndexedEvent] = []
+        self._asked_at: float | None = None
+        self._behind_since: float | None = None
+        self._thread = threading.Thread(target=self._run, name="state-replica", daemon=True)
+        self._thread.start()
+
+    def get(self, timeout: float = 5.0) -> State | None:
+        """The current state; waits up to `timeout` for the first snapshot, else None."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._state is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._state
+
+    def wait_change(self, after_idx: int, timeout: float) -> State | None:
+        """Block until the state moves past `after_idx` or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._state is None or self._state.last_event_applied_idx <= after_idx:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self._state
+
+    def _set(self, state: State) -> None:
+        with self._cond:
+            self._state = state
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        ctx: zmq.Context[Any] = zmq.Context.instance()
+        sub = make_socket(ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(self.run_dir),
+                          subscribe=(b"evt.state.",))
+        dealer = make_socket(ctx, zmq.DEALER, connect=endpoints.master_local(self.run_dir))
+        poller = zmq.Poller()
+        poller.register(sub, zmq.POLLIN)
+        poller.register(dealer, zmq.POLLIN)
+        while True:
+            now = time.monotonic()
+            if self._asked_at is not None and now - self._asked_at > SNAPSHOT_RETRY_S:
+                self._asked_at = None  # lost (master restarting): ask again
+            if (self._state is None or self._behind_since is not None) and self._asked_at is None:
+                send(dealer, SnapshotRequest(command_id=uuid.uuid4().hex), flags=zmq.NOBLOCK)
+                self._asked_at = now
+            ready = dict(poller.poll(500))
+            try:
+                if sub in ready:
+                    for _ in range(1000):
+                        _topic, msg = recv_published(sub, flags=zmq.NOBLOCK)
+                        self._on_bus(msg)
+            except zmq.Again:
+                pass
+            except WireError as exc:
+                log.warning("replica: bad state frame dropped: %s", exc)
+            if dealer in ready:
+                try:
+                    msg = recv(dealer)
+                except WireError as exc:
+                    log.warning("replica: bad snapshot dropped: %s", exc)
+                    continue
+                if isinstance(msg, StateSnapshot):
+                    self._on_snapshot(msg.state)
+
+    def _on_snapshot(self, snap: State) -> None:
+        self._asked_at = None
+        state = snap
+        for ev in sorted(self._buffer, key=lambda e: e.idx):
+            if ev.session == state.session and ev.idx == state.last_event_applied_idx + 1:
+                state = apply(state, ev)
+        self._buffer.clear()
+        self._behind_since = None
+        self._set(state)
+
+    def _on_bus(self, msg: object) -> None:
+        state = self._state
+        if isinstance(msg, IndexedEvent):
+            if state is None or self._asked_at is not None:
+                self._buffer.append(msg)
+                return
+            if msg.session != state.session or msg.idx > state.last_event_applied_idx + 1:
+                self._behind_since = time.monotonic()
+                self._buffer.append(msg)
+                return
+            if msg.idx == state.last_event_applied_idx + 1:
+                try:
+                    self._set(apply(state, msg))
+                except OutOfOrder:
+                    self._behind_since = time.monotonic()
+        elif isinstance(msg, StateHead) and state is not None and self._asked_at is None:
+            if msg.session != state.session or msg.idx > state.last_event_applied_idx:
+                self._behind_since = self._behind_since or time.monotonic()

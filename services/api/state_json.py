@@ -1,0 +1,98 @@
+"""The replicated State in upstream's `/state` shape: camelCase, tagged unions, Memory as
+`{"inBytes": n}` (pure)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from skulk.wire.models import ModelCard
+from skulk.wire.state import Instance, RunnerStatus, State, Task
+
+GIB = 1024 ** 3
+
+
+def memory(n: int) -> dict[str, int]:
+    return {"inBytes": int(n)}
+
+
+def card_json(card: ModelCard) -> dict[str, Any]:
+    return {"modelId": card.model_id, "storageSize": memory(card.storage_size_bytes),
+            "nLayers": card.n_layers, "hiddenSize": card.hidden_size,
+            "supportsTensor": card.supports_tensor, "tasks": list(card.tasks),
+            "numKeyValueHeads": card.num_key_value_heads, "family": card.family,
+            "quantization": card.quantization, "contextLength": card.context_length}
+
+
+def instance_json(inst: Instance) -> dict[str, Any]:
+    shards = {rid: {f"{s.kind}ShardMetadata": {
+        "modelCard": card_json(inst.card), "deviceRank": s.device_rank, "worldSize": s.world_size,
+        "startLayer": s.start_layer, "endLayer": s.end_layer, "nLayers": s.n_layers}}
+        for rid, s in inst.runner_to_shard.items()}
+    return {f"{inst.instance_meta}Instance": {
+        "instanceId": inst.instance_id,
+        "shardAssignments": {"modelId": inst.model_id, "runnerToShard": shards,
+                             "nodeToRunner": dict(inst.node_to_runner)},
+        "contextTokenLimit": inst.context_token_limit,
+        "hostsByNode": {}, "ephemeralPort": 0}}
+
+
+def runner_json(status: RunnerStatus) -> dict[str, Any]:
+    if status.kind == "RunnerLoading":
+        return {"RunnerLoading": {"layersLoaded": status.layers_loaded,
+                                  "totalLayers": status.total_layers}}
+    if status.kind == "RunnerFailed":
+        return {"RunnerFailed": {"errorMessage": status.error_message}}
+    return {status.kind: {}}
+
+
+def task_json(task: Task) -> dict[str, Any]:
+    p = task.params
+    params = {"model": p.model, "input": [{"role": m.role, "content": m.content} for m in p.messages],
+              "max_output_tokens": p.max_tokens, "temperature": p.temperature, "top_p": p.top_p,
+              "top_k": p.top_k, "min_p": p.min_p, "stop": list(p.stop), "seed": p.seed,
+              "stream": p.stream, "logprobs": p.logprobs, "top_logprobs": p.top_logprobs}
+    return {"TextGeneration": {"taskId": task.task_id, "taskStatus": task.status,
+                               "instanceId": task.instance_id, "commandId": task.command_id,
+                               "ownerNode": task.owner_node, "taskParams": params,
+                               "traceEnabled": False, "errorType": task.error_type or None,
+                               "errorMessage": task.error_message or None}}
+
+
+def iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat()
+
+
+def state_json(state: State) -> dict[str, Any]:
+    nodes = state.nodes
+    return {
+        "instances": {i: instance_json(inst) for i, inst in state.instances.items()},
+        "runners": {r: runner_json(s) for r, s in state.runners.items()},
+        "tasks": {t: task_json(task) for t, task in state.tasks.items()},
+        "downloads": {},
+        "lastSeen": {n: iso(info.when) for n, info in nodes.items()},
+        "topology": {"nodes": sorted(nodes), "connections": {}},
+        "tracingEnabled": False,
+        "lastEventAppliedIdx": state.last_event_applied_idx,
+        "nodeNetwork": {},
+        "nodeMemory": {n: {"ramTotal": memory(i.ram_total), "ramAvailable": memory(i.ram_available),
+                           "swapTotal": memory(0), "swapAvailable": memory(0)} for n, i in nodes.items()},
+        "nodeIdentities": {n: {"friendlyName": i.friendly_name, "skulkVersion": i.skulk_version}
+                           for n, i in nodes.items()},
+        "nodeDisk": {},
+        "nodeSystem": {},
+        "nodeHealth": {n: {"level": "ok", "reasons": []} for n in nodes},
+        "masterNodeId": state.master_node_id,
+    }
+
+
+def model_entry(card: ModelCard) -> dict[str, Any]:
+    """One `/v1/models` entry (snake_case, upstream's ModelListModel)."""
+    return {"id": card.model_id, "object": "model", "created": 0, "owned_by": "skulk",
+            "hugging_face_id": card.model_id, "name": card.model_id.split("/", 1)[1],
+            "description": "", "context_length": card.context_length,
+            "tags": ["tensor"] if card.supports_tensor else [],
+            "storage_size_megabytes": round(card.storage_size_bytes / 1024 ** 2),
+            "supports_tensor": card.supports_tensor, "tasks": list(card.tasks),
+            "is_custom": False, "family": card.family, "quantization": card.quantization,
+            "base_model": card.model_id, "capabilities": ["text"]}

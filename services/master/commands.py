@@ -1,0 +1,68 @@
+"""Commands -> events and a reply (pure). The service stamps, applies and publishes the events."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from skulk.wire.placement import PlacementError, place
+from skulk.services.master.routing import RouteError, route
+from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
+                                 Reply, Routed, SnapshotRequest, StateSnapshot, TaskCancelled,
+                                 TaskFinished, TextGeneration)
+from skulk.wire.message import Message
+from skulk.wire.state import (InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
+                              TaskDeleted, TaskStatusUpdated)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    reply: Reply
+    events: list[Message] = field(default_factory=list)
+
+
+def _task_of_command(state: State, command_id: str) -> Task | None:
+    return next((t for t in state.tasks.values() if t.command_id == command_id), None)
+
+
+def handle(state: State, cmd: Message, new_id: Callable[[], str]) -> Outcome:
+    if isinstance(cmd, SnapshotRequest):
+        return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
+    if isinstance(cmd, PlaceInstance):
+        placed = place(state, cmd, new_id)
+        if isinstance(placed, PlacementError):
+            return Outcome(CommandRejected(command_id=cmd.command_id, status=placed.status,
+                                           message=placed.message))
+        return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=placed.instance_id),
+                       [InstanceCreated(instance=placed)])
+    if isinstance(cmd, DeleteInstance):
+        if cmd.instance_id not in state.instances:
+            return Outcome(CommandRejected(command_id=cmd.command_id, status=404,
+                                           message="Instance not found"))
+        cancels: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
+                                  for t in state.tasks.values()
+                                  if t.instance_id == cmd.instance_id and t.status in ("Pending", "Running")]
+        return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
+                       [*cancels, InstanceDeleted(instance_id=cmd.instance_id, reason="deleted by operator")])
+    if isinstance(cmd, TextGeneration):
+        found = route(state, cmd.params.model)
+        if isinstance(found, RouteError):
+            return Outcome(CommandRejected(command_id=cmd.command_id, status=found.status,
+                                           message=found.message))
+        task = Task(task_id=new_id(), command_id=cmd.command_id,
+                    instance_id=found.instance.instance_id, status="Running",
+                    owner_node=cmd.owner_node, params=cmd.params)
+        return Outcome(Routed(command_id=cmd.command_id, task_id=task.task_id,
+                              instance_id=task.instance_id, runner_id=found.runner_id,
+                              endpoint=found.endpoint), [TaskCreated(task=task)])
+    if isinstance(cmd, (TaskCancelled, TaskFinished)):
+        target = cmd.cancelled_command_id if isinstance(cmd, TaskCancelled) else cmd.finished_command_id
+        task = _task_of_command(state, target)
+        events: list[Message] = []
+        if task is not None:
+            if isinstance(cmd, TaskCancelled):
+                events.append(TaskStatusUpdated(task_id=task.task_id, status="Cancelled"))
+            events.append(TaskDeleted(task_id=task.task_id))
+        return Outcome(CommandAccepted(command_id=cmd.command_id), events)
+    return Outcome(CommandRejected(command_id=getattr(cmd, "command_id", ""), status=400,
+                                   message=f"{cmd.TYPE} is not a command"))

@@ -1,0 +1,51 @@
+"""Which instance serves a request (pure). Never an instance with a failed or missing runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skulk.wire.state import SERVING_KINDS, Instance, State
+
+
+@dataclass(frozen=True, slots=True)
+class RouteError:
+    status: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    instance: Instance
+    runner_id: str
+    endpoint: str
+
+
+def serving(state: State, inst: Instance) -> bool:
+    """Every runner of the instance reports Ready or Running (and has an endpoint)."""
+    return all(rid in state.runners and state.runners[rid].kind in SERVING_KINDS
+               for rid in inst.runner_to_shard)
+
+
+def rank0(inst: Instance) -> str:
+    return next(rid for rid, shard in inst.runner_to_shard.items() if shard.device_rank == 0)
+
+
+def load(state: State, instance_id: str) -> int:
+    return sum(1 for t in state.tasks.values()
+               if t.instance_id == instance_id and t.status in ("Pending", "Running"))
+
+
+def route(state: State, model_id: str) -> Route | RouteError:
+    """The least-loaded serving instance of `model_id`, or an immediate error (never a wait)."""
+    candidates = [i for i in state.instances.values() if i.model_id == model_id]
+    if not candidates:
+        return RouteError(404, f"No instance found for model {model_id}")
+    ready = [i for i in candidates if serving(state, i)]
+    if not ready:
+        kinds = sorted({state.runners[r].kind if r in state.runners else "no runner status yet"
+                        for i in candidates for r in i.runner_to_shard})
+        return RouteError(503, f"No ready instance for model {model_id} yet ({', '.join(kinds)}); "
+                               "retry shortly")
+    best = min(ready, key=lambda i: (load(state, i.instance_id), i.instance_id))
+    rid = rank0(best)
+    return Route(best, rid, state.runners[rid].endpoint)

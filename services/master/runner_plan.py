@@ -1,0 +1,35 @@
+"""Which runner processes this node should have (pure): start what the state assigns here,
+stop what it no longer does. The service sends the result to the runners sub-supervisor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from skulk.wire.models import dir_name
+from skulk.wire.state import State
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerStart:
+    runner_id: str
+    args: tuple[str, ...]
+
+
+def plan(state: State, node_id: str, running: set[str], models_dir: Path, listen: str,
+         advertise: str) -> tuple[list[RunnerStart], list[str]]:
+    wanted: dict[str, RunnerStart] = {}
+    for inst in state.instances.values():
+        rid = inst.node_to_runner.get(node_id)
+        if rid is None:
+            continue
+        shard = inst.runner_to_shard[rid]
+        wanted[rid] = RunnerStart(rid, (
+            "--runner-id", rid, "--instance-id", inst.instance_id, "--node-id", node_id,
+            "--model-id", inst.model_id, "--model-dir", str(models_dir / dir_name(inst.model_id)),
+            "--listen", listen, "--advertise", advertise,
+            "--rank", str(shard.device_rank), "--world-size", str(shard.world_size),
+            "--start-layer", str(shard.start_layer), "--end-layer", str(shard.end_layer)))
+    start = [s for rid, s in sorted(wanted.items()) if rid not in running]
+    stop = sorted(rid for rid in running if rid not in wanted)
+    return start, stop

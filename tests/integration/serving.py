@@ -1,0 +1,68 @@
+"""Helpers for tests that need a node serving the demo model."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+from tests.integration.harness import BusWatcher, Node
+
+MODEL = "skulk/demo-tiny"
+
+
+def http_json(url: str, body: Any = None, method: str | None = None,
+              timeout: float = 30) -> tuple[int, Any]:
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def ready_runners(node: Node) -> list[str]:
+    _status, state = http_json(f"{node.url}/state")
+    return [rid for rid, st in state["runners"].items() if "RunnerReady" in st or "RunnerRunning" in st]
+
+
+def wait_model_ready(node: Node, timeout: float = 60.0, exclude: tuple[str, ...] = ()) -> str:
+    """The runner id once a runner of the node is Ready in `/state`.
+
+    Re-checked on every state message on the bus (an event, or the master's 1 s head), so a
+    change published before the subscription took effect is still seen.
+    """
+    watcher = BusWatcher(node, b"evt.state.")
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            ready = [r for r in ready_runners(node) if r not in exclude]
+            if ready:
+                return ready[0]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no ready runner within {timeout}s\n{node.log_tail()}")
+            next(watcher.messages(left), None)
+    finally:
+        watcher.close()
+
+
+def sse_events(resp: Any) -> Any:
+    """(kind, payload) per SSE frame of an http.client response: ('comment', text) or ('data', obj)."""
+    buf = b""
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        if line in (b"\n", b"\r\n"):
+            if buf.startswith(b": "):
+                yield "comment", buf[2:].decode().strip()
+            elif buf.startswith(b"data: "):
+                payload = buf[6:].decode().strip()
+                yield "data", payload if payload == "[DONE]" else json.loads(payload)
+            buf = b""
+            continue
+        buf += line

@@ -1,0 +1,165 @@
+"""One node serving the demo model through the OpenAI-compatible API, with the real engine."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import openai
+import pytest
+
+from tests.integration.conftest import DEMO_DIR
+from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
+
+PROMPT = "Beautiful is better than ugly."
+
+
+@pytest.fixture
+def serving(nodes, demo_model):
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    t0 = time.monotonic()
+    runner = wait_model_ready(node)
+    print(f"demo model ready {time.monotonic() - t0:.2f}s after the node's roles")
+    node.runner_id = runner  # type: ignore[attr-defined]
+    return node
+
+
+def client(node) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{node.url}/v1", api_key="none", max_retries=0, timeout=60)
+
+
+def test_openai_client_streams_and_does_not_stream(serving):
+    c = client(serving)
+    full = c.chat.completions.create(model=MODEL, max_tokens=8, temperature=0,
+                                     messages=[{"role": "user", "content": PROMPT}])
+    assert full.choices[0].finish_reason in ("length", "stop")
+    assert full.usage.completion_tokens >= 1 and full.usage.prompt_tokens > 5
+    pieces, finish, usage = [], None, None
+    for chunk in c.chat.completions.create(model=MODEL, max_tokens=8, temperature=0, stream=True,
+                                           messages=[{"role": "user", "content": PROMPT}]):
+        pieces.append(chunk.choices[0].delta.content or "")
+        finish = chunk.choices[0].finish_reason or finish
+        usage = chunk.usage or usage
+    assert "".join(pieces) == full.choices[0].message.content
+    assert finish == full.choices[0].finish_reason
+    assert usage.completion_tokens == full.usage.completion_tokens
+    assert [m.id for m in c.models.list().data] == [MODEL]
+
+
+def test_greedy_output_equals_in_process_mlx_lm(serving, demo_model):
+    n = 24
+    ref = json.loads(subprocess.run(
+        [sys.executable, "-m", "tests.integration.reference_generate", str(demo_model), str(n), PROMPT],
+        capture_output=True, text=True, timeout=120, check=True).stdout)
+    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+        "model": MODEL, "max_tokens": n, "temperature": 0, "logprobs": True,
+        "messages": [{"role": "user", "content": PROMPT}]})
+    assert status == 200, body
+    got = [[c["bytes"], c["logprob"]] for c in body["choices"][0]["logprobs"]["content"]]
+    assert body["choices"][0]["message"]["content"] == ref["text"]
+    assert body["usage"]["completion_tokens"] == len(ref["tokens"])
+    assert [g[0] for g in got] == [r[0] for r in ref["tokens"]]
+    assert [g[1] for g in got] == pytest.approx([r[1] for r in ref["tokens"]], abs=1e-4)
+    print(f"greedy: {len(got)} tokens identical to in-process mlx_lm")
+
+
+def test_client_disconnect_frees_the_runner(serving):
+    conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": MODEL, "max_tokens": 1900, "stream": True, "temperature": 0,
+        "messages": [{"role": "user", "content": PROMPT}]}), {"Content-Type": "application/json"})
+    events = sse_events(conn.getresponse())
+    tokens = 0
+    for kind, payload in events:
+        if kind == "data" and payload != "[DONE]" and "choices" in payload:
+            tokens += 1
+            if tokens == 3:
+                break
+    conn.sock.shutdown(2)
+    conn.close()
+    t0 = time.monotonic()
+    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+        "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "next"}]})
+    took = time.monotonic() - t0
+    print(f"after a disconnect, the next request was served in {took:.3f}s")
+    assert status == 200, body
+    log = (serving.home / "logs" / f"{serving.runner_id}.log").read_text()
+    assert "cancelled by its client" in log or "client of" in log
+
+
+@pytest.mark.parametrize("body,status,needle", [
+    (b"{not json", 400, "malformed JSON"),
+    (b"", 400, "body is required"),
+    ({"messages": [{"role": "user", "content": "x"}]}, 400, "model is required"),
+    ({"model": MODEL}, 400, "messages is required"),
+    ({"model": MODEL, "messages": []}, 400, "no content to generate from"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, 400,
+     "must be a positive integer"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_p": 3}, 400, "top_p"),
+    ({"model": "nobody/nothing", "messages": [{"role": "user", "content": "x"}]}, 404,
+     "No instance found for model nobody/nothing"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10 ** 6}, 400,
+     "context_length_exceeded"),
+])
+def test_bad_requests_get_the_upstream_envelope(serving, body, status, needle):
+    got, payload = http_json(f"{serving.url}/v1/chat/completions", body)
+    assert got == status
+    assert set(payload) == {"error"} and payload["error"]["code"] == status
+    assert needle in payload["error"]["message"] and payload["error"]["param"] is None
+    ok, _ = http_json(f"{serving.url}/v1/chat/completions", {
+        "model": MODEL, "max_tokens": 2, "unknown_field": {"ignored": True},
+        "messages": [{"role": "user", "content": "still serving?"}]})
+    assert ok == 200
+
+
+def test_kill9_of_the_runner_mid_stream_ends_the_stream_with_an_error(serving):
+    pid = serving.status()[serving.runner_id].pid
+    conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": MODEL, "max_tokens": 1900, "stream": True,
+        "messages": [{"role": "user", "content": PROMPT}]}), {"Content-Type": "application/json"})
+    frames = []
+    killed_at = None
+    for kind, payload in sse_events(conn.getresponse()):
+        frames.append((kind, payload))
+        if killed_at is None and kind == "data" and "choices" in payload:
+            os.kill(pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+        if kind == "data" and isinstance(payload, dict) and "error" in payload:
+            took = time.monotonic() - killed_at
+            break
+    else:
+        pytest.fail(f"stream ended without an error event: {frames[-3:]}")
+    print(f"runner SIGKILLed mid-stream: client got the error event {took:.3f}s later")
+    assert took < 2.0
+    assert "lost" in payload["error"]["message"] and payload["error"]["code"] == 500
+    # The runner is restarted under its supervisor and the model is served again.
+    wait_model_ready(serving, timeout=60)
+    status, _ = http_json(f"{serving.url}/v1/chat/completions", {
+        "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "again"}]})
+    assert status == 200
+
+
+def test_state_and_instance_endpoints(serving):
+    _, state = http_json(f"{serving.url}/state")
+    (iid, inst), = state["instances"].items()
+    ring = inst["MlxRingInstance"]
+    shard = ring["shardAssignments"]["runnerToShard"][serving.runner_id]["PipelineShardMetadata"]
+    assert ring["shardAssignments"]["modelId"] == MODEL and shard["worldSize"] == 1
+    assert shard["startLayer"] == 0 and shard["endLayer"] == shard["nLayers"] == 4
+    _, node_id = http_json(f"{serving.url}/node_id")
+    assert ring["shardAssignments"]["nodeToRunner"] == {node_id: serving.runner_id}
+    assert node_id in state["nodeIdentities"] and node_id in state["nodeMemory"]
+    assert http_json(f"{serving.url}/instance/{iid}")[1] == inst
+    assert http_json(f"{serving.url}/instance/nope")[0] == 404
+    assert http_json(f"{serving.url}/health")[1]["status"] == "idle"
+    status, body = http_json(f"{serving.url}/instance/{iid}", method="DELETE")
+    assert status == 200 and body["instance_id"] == iid
+    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "x"}]})
+    assert status == 404

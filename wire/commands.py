@@ -1,0 +1,105 @@
+"""Commands to the master (API REQ -> master ROUTER) and its replies.
+
+Every command carries a `command_id`; the master answers a repeated id (a Lazy Pirate retry)
+with the reply it gave the first time, so retries are idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from skulk.wire.message import Message
+from skulk.wire.models import ModelCard
+from skulk.wire.state import State, TaskParams
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlaceInstance(Message):
+    TYPE: ClassVar[str] = "command.place_instance"
+    command_id: str
+    card: ModelCard
+    sharding: str = "Pipeline"
+    instance_meta: str = "MlxRing"
+    min_nodes: int = 1
+    excluded_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteInstance(Message):
+    TYPE: ClassVar[str] = "command.delete_instance"
+    command_id: str
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextGeneration(Message):
+    """Route one chat request: the master picks an instance and creates the task."""
+
+    TYPE: ClassVar[str] = "command.text_generation"
+    command_id: str
+    owner_node: str
+    params: TaskParams
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskCancelled(Message):
+    TYPE: ClassVar[str] = "command.task_cancelled"
+    command_id: str
+    cancelled_command_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFinished(Message):
+    TYPE: ClassVar[str] = "command.task_finished"
+    command_id: str
+    finished_command_id: str
+    failed: bool = False
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotRequest(Message):
+    TYPE: ClassVar[str] = "command.snapshot_request"
+    command_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandAccepted(Message):
+    TYPE: ClassVar[str] = "reply.accepted"
+    command_id: str
+    message: str = "Command received."
+    instance_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandRejected(Message):
+    """The command cannot be carried out; `status` is the HTTP status the API answers with."""
+
+    TYPE: ClassVar[str] = "reply.rejected"
+    command_id: str
+    status: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Routed(Message):
+    """Where a TextGeneration goes: the rank-0 runner's ROUTER endpoint."""
+
+    TYPE: ClassVar[str] = "reply.routed"
+    command_id: str
+    task_id: str
+    instance_id: str
+    runner_id: str
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateSnapshot(Message):
+    TYPE: ClassVar[str] = "reply.state_snapshot"
+    command_id: str
+    state: State
+
+
+Command = PlaceInstance | DeleteInstance | TextGeneration | TaskCancelled | TaskFinished | SnapshotRequest
+Reply = CommandAccepted | CommandRejected | Routed | StateSnapshot

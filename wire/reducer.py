@@ -1,0 +1,58 @@
+"""`apply(state, indexed_event) -> state`: the one pure reducer every replica runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from skulk.wire.state import (IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
+                              RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
+                              TaskFailed, TaskStatusUpdated)
+
+
+class OutOfOrder(ValueError):
+    """An event whose index is not the next one: the replica must re-sync."""
+
+
+def _runner_ids(state: State) -> set[str]:
+    return {rid for inst in state.instances.values() for rid in inst.runner_to_shard}
+
+
+def apply(state: State, indexed: IndexedEvent) -> State:
+    if indexed.idx != state.last_event_applied_idx + 1:
+        raise OutOfOrder(f"event {indexed.idx} after {state.last_event_applied_idx}")
+    return replace(_apply(state, indexed.event), last_event_applied_idx=indexed.idx)
+
+
+def _apply(state: State, event: object) -> State:
+    if isinstance(event, InstanceCreated):
+        return replace(state, instances={**state.instances, event.instance.instance_id: event.instance})
+    if isinstance(event, InstanceDeleted):
+        inst = state.instances.get(event.instance_id)
+        if inst is None:
+            return state
+        instances = {k: v for k, v in state.instances.items() if k != event.instance_id}
+        runners = {k: v for k, v in state.runners.items() if k not in inst.runner_to_shard}
+        return replace(state, instances=instances, runners=runners)
+    if isinstance(event, RunnerStatusUpdated):
+        if event.runner_id not in _runner_ids(state):
+            return state  # a runner of no instance (late report after a delete) is ignored
+        return replace(state, runners={**state.runners, event.runner_id: event.status})
+    if isinstance(event, TaskCreated):
+        return replace(state, tasks={**state.tasks, event.task.task_id: event.task})
+    if isinstance(event, TaskStatusUpdated):
+        return _task(state, event.task_id, lambda t: replace(t, status=event.status))
+    if isinstance(event, TaskFailed):
+        return _task(state, event.task_id, lambda t: replace(
+            t, status="Failed", error_type=event.error_type, error_message=event.error_message))
+    if isinstance(event, TaskDeleted):
+        return replace(state, tasks={k: v for k, v in state.tasks.items() if k != event.task_id})
+    if isinstance(event, NodeGatheredInfo):
+        return replace(state, nodes={**state.nodes, event.info.node_id: event.info})
+    raise TypeError(f"no reducer for {type(event).__name__}")
+
+
+def _task(state: State, task_id: str, change) -> State:  # type: ignore[no-untyped-def]
+    task: Task | None = state.tasks.get(task_id)
+    if task is None:
+        return state
+    return replace(state, tasks={**state.tasks, task_id: change(task)})

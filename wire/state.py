@@ -1,0 +1,208 @@
+"""The replicated cluster state and the indexed events that change it (event sourcing).
+
+The leader master turns commands into events, stamps each with an index, applies them with
+`wire.reducer.apply` and publishes them; every replica (followers, API workers) applies the
+same events in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from skulk.wire.message import Message
+from skulk.wire.models import ModelCard
+
+RUNNER_KINDS = ("RunnerIdle", "RunnerConnecting", "RunnerConnected", "RunnerLoading",
+                "RunnerLoaded", "RunnerWarmingUp", "RunnerReady", "RunnerRunning",
+                "RunnerShuttingDown", "RunnerFailed")
+SERVING_KINDS = frozenset({"RunnerReady", "RunnerRunning"})
+TASK_STATUSES = ("Pending", "Running", "Complete", "TimedOut", "Failed", "Cancelled")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardMeta(Message):
+    TYPE: ClassVar[str] = "state.shard"
+    kind: str  # "Pipeline" | "Tensor"
+    device_rank: int
+    world_size: int
+    start_layer: int
+    end_layer: int  # exclusive
+    n_layers: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Instance(Message):
+    TYPE: ClassVar[str] = "state.instance"
+    instance_id: str
+    instance_meta: str  # "MlxRing"
+    card: ModelCard
+    runner_to_shard: dict[str, ShardMeta]
+    node_to_runner: dict[str, str]
+    context_token_limit: int
+
+    @property
+    def model_id(self) -> str:
+        return self.card.model_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunnerStatus(Message):
+    """Upstream's runner status union, flattened: `kind` is the tag (e.g. `RunnerReady`).
+
+    `endpoint` (the runner's ROUTER) and `node_id` are ours and are not shown in `/state`.
+    """
+
+    TYPE: ClassVar[str] = "state.runner_status"
+    kind: str
+    layers_loaded: int = 0
+    total_layers: int = 0
+    error_message: str = ""
+    endpoint: str = ""
+    node_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatMessage(Message):
+    TYPE: ClassVar[str] = "state.chat_message"
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskParams(Message):
+    """A validated chat request (upstream's TextGenerationTaskParams)."""
+
+    TYPE: ClassVar[str] = "state.task_params"
+    model: str
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int
+    stream: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task(Message):
+    TYPE: ClassVar[str] = "state.task"
+    task_id: str
+    command_id: str
+    instance_id: str
+    status: str
+    owner_node: str
+    params: TaskParams
+    error_type: str = ""
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo(Message):
+    """What a node says about itself (identity, memory); display name is never dialled."""
+
+    TYPE: ClassVar[str] = "state.node_info"
+    node_id: str
+    friendly_name: str
+    skulk_version: str
+    ram_total: int
+    ram_available: int
+    when: float  # wall clock (time.time()) of the reading
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class State(Message):
+    TYPE: ClassVar[str] = "state.state"
+    session: str = ""
+    master_node_id: str = ""
+    last_event_applied_idx: int = -1
+    instances: dict[str, Instance] = field(default_factory=dict)
+    runners: dict[str, RunnerStatus] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+
+
+# ---- events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceCreated(Message):
+    TYPE: ClassVar[str] = "event.instance_created"
+    instance: Instance
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceDeleted(Message):
+    TYPE: ClassVar[str] = "event.instance_deleted"
+    instance_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunnerStatusUpdated(Message):
+    TYPE: ClassVar[str] = "event.runner_status_updated"
+    runner_id: str
+    status: RunnerStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskCreated(Message):
+    TYPE: ClassVar[str] = "event.task_created"
+    task: Task
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStatusUpdated(Message):
+    TYPE: ClassVar[str] = "event.task_status_updated"
+    task_id: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFailed(Message):
+    TYPE: ClassVar[str] = "event.task_failed"
+    task_id: str
+    error_type: str
+    error_message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskDeleted(Message):
+    TYPE: ClassVar[str] = "event.task_deleted"
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGatheredInfo(Message):
+    TYPE: ClassVar[str] = "event.node_gathered_info"
+    info: NodeInfo
+
+
+Event = (InstanceCreated | InstanceDeleted | RunnerStatusUpdated | TaskCreated | TaskStatusUpdated
+         | TaskFailed | TaskDeleted | NodeGatheredInfo)
+EVENT_TYPES = (InstanceCreated, InstanceDeleted, RunnerStatusUpdated, TaskCreated,
+               TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexedEvent(Message):
+    """One event as the leader stamped it; replicas apply strictly in `idx` order."""
+
+    TYPE: ClassVar[str] = "state.indexed_event"
+    idx: int
+    session: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateHead(Message):
+    """The leader's latest index, published every second so a replica that lost the tail of
+    the (lossy) bus notices and re-syncs from a snapshot."""
+
+    TYPE: ClassVar[str] = "state.head"
+    idx: int
+    session: str
