@@ -44,7 +44,9 @@ log = logging.getLogger("skulk.master")
 REPLY_CACHE = 1024
 NODE_INFO_INTERVAL_S = 10.0
 RECONCILE_INTERVAL_S = 1.0
-FAILED_EVENTS = frozenset({"exited", "ready_timeout", "heartbeat_missed"})
+FAILED_EVENTS = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
+"""Runner process ends: whatever the cause, that incarnation no longer serves."""
+REQUEST_AGAIN_S = 2.0
 
 
 def skulk_version() -> str:
@@ -139,7 +141,8 @@ class Master:
                 self.runner_status(msg.runner_id, msg.status)
             elif isinstance(msg, ChildLifecycle) and msg.supervisor == "runners" \
                     and msg.event in FAILED_EVENTS:
-                cause = msg.detail if msg.event == "exited" else msg.event.replace("_", " ")
+                cause = {"exited": msg.detail, "stopped": f"stopped by its supervisor, {msg.detail}"}.get(
+                    msg.event, msg.event.replace("_", " "))
                 self.runner_status(msg.child_id, RunnerStatus(
                     kind="RunnerFailed", node_id=self.node_id,
                     error_message=f"Terminated ({cause})"))
@@ -175,14 +178,14 @@ class Master:
         start, stop = plan(self.state, self.node_id, running, self.loop.rt.args.home / "models",
                            self.ns.listen, self.ns.advertise)
         for s in start:
-            if now - self.requested.get(s.runner_id, -1e9) < 10.0:
+            if now - self.requested.get(s.runner_id, -1e9) < REQUEST_AGAIN_S:
                 continue
             self.requested[s.runner_id] = now
             log.info("starting runner %s", s.runner_id)
             send(self.sup, AdminCommand(verb="start_child", supervisor="runners", target=s.runner_id,
                                         args=s.args), flags=zmq.NOBLOCK)
         for rid in stop:
-            if now - self.requested.get(rid, -1e9) < 10.0:
+            if now - self.requested.get(rid, -1e9) < REQUEST_AGAIN_S:
                 continue
             self.requested[rid] = now
             log.info("stopping runner %s (no longer in state)", rid)

@@ -106,26 +106,41 @@ def test_sigterm_to_root_stops_everything_cleanly(nodes):
     assert "SIGKILL" not in node.log_tail(30)
 
 
-def test_runners_are_dynamic_children_with_their_own_budget(nodes):
-    node = nodes(config={"runners_supervisor": {"intensity": 2, "period_s": 60}})
-    reply = node.admin("start_child", "runner-a", supervisor="runners", args=("--instance", "i1"))
-    assert reply.ok, reply.message
-    node.wait_ready("runner-a", timeout=10)
-    assert node.admin("start_child", "runner-a", supervisor="runners").ok is False
+def test_runners_are_dynamic_children_with_their_own_budget(nodes, demo_model):
+    """Runners come and go with the state; a crash loop escalates only the runners supervisor."""
+    from tests.integration.conftest import DEMO_DIR
+    from tests.integration.serving import MODEL, http_json, wait_model_ready
+
+    node = nodes(config={"runners_supervisor": {"intensity": 2, "period_s": 60}},
+                 args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    runner = wait_model_ready(node)
+    assert node.status()[runner].supervisor == "runners"
     for n in (1, 2):
-        os.kill(node.status()["runner-a"].pid, signal.SIGKILL)
-        node.wait_ready("runner-a", min_restarts=n, timeout=5)
-    os.kill(node.status()["runner-a"].pid, signal.SIGKILL)
-    # Third crash in the period: the runners supervisor escalates to the root, which restarts
-    # it empty (one_for_one); no permanent role is touched.
-    reply = node.wait_ready("runners", min_restarts=1, timeout=10)
+        os.kill(node.status()[runner].pid, signal.SIGKILL)
+        node.wait_ready(runner, min_restarts=n, timeout=30)
+    lifecycle = BusWatcher(node, b"evt.supervisor.")
+    try:
+        os.kill(node.status()[runner].pid, signal.SIGKILL)
+        # Third crash in the period: the runners supervisor escalates to the root, which
+        # restarts it empty (one_for_one); the master then starts the runner again from state.
+        lifecycle.wait_for(lambda m: m.child_id == "runners" and m.event == "started", 30)
+        lifecycle.wait_for(lambda m: m.child_id == runner and m.event == "started", 30)
+    finally:
+        lifecycle.close()
+    reply = node.wait_ready(runner, timeout=30)
     rows = {c.id: c for c in reply.children}
-    assert "runner-a" not in rows
+    assert rows["runners"].restarts == 1
     assert all(rows[r].restarts == 0 for r in ROLES)
-    assert node.admin("start_child", "runner-b", supervisor="runners").ok
-    node.wait_ready("runner-b", timeout=10)
-    assert node.admin("terminate_child", "runner-b", supervisor="runners").ok
-    assert node.admin("wait", "runner-b", timeout_s=0).ok is False
+    wait_model_ready(node)
+    status, state = http_json(f"{node.url}/state")
+    (iid,) = state["instances"]
+    assert http_json(f"{node.url}/instance/{iid}", method="DELETE")[0] == 200
+    watcher = BusWatcher(node, b"evt.supervisor.")
+    try:
+        watcher.wait_for(lambda m: m.child_id == runner and m.event == "stopped", 20)
+    finally:
+        watcher.close()
+    assert runner not in node.status()
 
 
 def _alive(pid: int) -> bool:
