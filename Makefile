@@ -30,11 +30,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	@echo "Starting a Skulk node (home $(SKULK_HOME), API on port $(API_PORT)). Try, in another shell:"
-	@echo "  curl http://localhost:$(API_PORT)/health"
-	@echo "  $(VENV)/bin/skulk admin status --home $(SKULK_HOME)"
-	@echo "  $(VENV)/bin/skulk tap --home $(SKULK_HOME)"
-	exec $(VENV)/bin/skulk run --home $(SKULK_HOME) --api-port $(API_PORT) --cluster-port $(CLUSTER_PORT)
+	@$(VENV)/bin/skulk model demo --home "$(SKULK_HOME)"
+	@$(VENV)/bin/skulk run --home "$(SKULK_HOME)" --api-port $(API_PORT) --cluster-port $(CLUSTER_PORT) \
+	    --place skulk/demo-tiny & node=$$!; \
+	  trap 'kill -TERM $$node 2>/dev/null; wait $$node' INT TERM; \
+	  if $(VENV)/bin/skulk model wait skulk/demo-tiny --url http://127.0.0.1:$(API_PORT) --timeout 300; then \
+	    echo; echo "Skulk is serving skulk/demo-tiny on port $(API_PORT). Try:"; \
+	    echo "  curl http://localhost:$(API_PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"; \
+	    echo "    -d '{\"model\": \"skulk/demo-tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"ping\"}], \"max_tokens\": 16}'"; \
+	    echo "  $(VENV)/bin/skulk admin status --home $(SKULK_HOME)"; \
+	    echo "Ctrl-C stops the node."; echo; \
+	  fi; \
+	  wait $$node
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -96,6 +96,34 @@ def cmd_tap(ns: argparse.Namespace) -> int:
                    duration_s=ns.duration)
 
 
+def cmd_model_wait(ns: argparse.Namespace) -> int:
+    """Wait until MODEL is served by the node at --url (an operator tool, polls /state)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + ns.timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{ns.url}/state", timeout=2) as resp:
+                state = json.loads(resp.read())
+            for inst in state["instances"].values():
+                ring = next(iter(inst.values()))
+                if ring["shardAssignments"]["modelId"] != ns.model:
+                    continue
+                kinds = [next(iter(state["runners"].get(r, {"none": {}})))
+                         for r in ring["shardAssignments"]["runnerToShard"]]
+                last = ", ".join(kinds)
+                if all(k in ("RunnerReady", "RunnerRunning") for k in kinds):
+                    print(f"{ns.model} is ready")
+                    return 0
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.5)
+    print(f"{ns.model} not ready after {ns.timeout:.0f}s ({last})", file=sys.stderr)
+    return 1
+
+
 def cmd_model(ns: argparse.Namespace) -> int:
     import os
 
@@ -149,6 +177,11 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--force", action="store_true", help="rebuild even if present")
     demo.set_defaults(func=cmd_model)
+    wait = model_sub.add_parser("wait", help="wait until a model is served by a node")
+    wait.add_argument("model")
+    wait.add_argument("--url", default="http://127.0.0.1:52415")
+    wait.add_argument("--timeout", type=float, default=300.0)
+    wait.set_defaults(func=cmd_model_wait)
     return p
 
 

@@ -141,6 +141,7 @@ class ServiceLoop:
             signal.signal(sig, lambda *_: None)
         self.add_reader(self._wake_r, self._on_signal)
         self.every(runtime.args.heartbeat_s, runtime.beat)
+        self.every(min(runtime.args.heartbeat_s, 1.0), self._check_parent)
         self.every(STATUS_INTERVAL_S, lambda: runtime.publish_status(self.status_detail,
                                                                     time.monotonic()))
 
@@ -194,10 +195,12 @@ class ServiceLoop:
                 fn()
                 heapq.heappush(self._timers, (max(due + interval, now), seq, interval, fn))
             busy = self._work() if self._work is not None else False
-            if not self.rt.parent_alive():
-                log.warning("%s: supervisor is gone; exiting", self.rt.args.child_id)
-                return exitcodes.CLEAN
         return exitcodes.CLEAN
+
+    def _check_parent(self) -> None:
+        if not self.rt.parent_alive():
+            log.warning("%s: supervisor is gone; exiting", self.rt.args.child_id)
+            self._stop = True
 
 
 def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> None:

@@ -29,6 +29,8 @@ def parse(spec: str) -> dict[tuple[str, str], str]:
 
 
 _FAULTS = parse(os.environ.get("SKULK_FAULTS", ""))
+ENABLED = bool(_FAULTS)
+"""False in production: hot paths skip building the phase name at all."""
 
 
 def inject(role: str, phase: str) -> None:

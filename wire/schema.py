@@ -19,8 +19,13 @@ from skulk.wire.message import Message
 Converter = Callable[[Any, str], Any]
 
 
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
 def to_plain(value: Any) -> Any:
     """A message (or any field value) as msgpack-native data: dicts, lists, scalars."""
+    if isinstance(value, _SCALARS):
+        return value
     if isinstance(value, Message):
         return {"t": value.TYPE, "v": value.VERSION, "b": fields_of(value)}
     if isinstance(value, (list, tuple)):
@@ -30,8 +35,14 @@ def to_plain(value: Any) -> Any:
     return value
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def fields_of(msg: Message) -> dict[str, Any]:
-    return {f.name: to_plain(getattr(msg, f.name)) for f in dataclasses.fields(msg)}
+    names = _FIELD_NAMES.get(type(msg))
+    if names is None:  # dataclasses.fields() rebuilds a tuple per call: cache it per class
+        names = _FIELD_NAMES[type(msg)] = tuple(f.name for f in dataclasses.fields(msg))
+    return {name: to_plain(getattr(msg, name)) for name in names}
 
 
 def _scalar(expected: type, name: str) -> Converter:

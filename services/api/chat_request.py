@@ -8,6 +8,7 @@ separate step (`check_context`).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from skulk.wire.state import ChatMessage, TaskParams
@@ -104,13 +105,10 @@ def check_context(params: TaskParams, context_limit: int) -> TaskParams:
     """Fill the default output budget, or refuse a max_tokens the model cannot hold."""
     if params.max_tokens == 0:
         budget = min(DEFAULT_MAX_TOKENS, context_limit) if context_limit > 0 else DEFAULT_MAX_TOKENS
-        return TaskParams(**{**_fields(params), "max_tokens": max(1, budget)})
+        return replace(params, max_tokens=max(1, budget))
     if context_limit > 0 and params.max_tokens > context_limit:
         raise ApiError(400, f"context_length_exceeded: max_tokens ({params.max_tokens}) cannot fit "
                             f"within this model's usable context limit of {context_limit} tokens; "
                             "lower max_tokens or place the model with more memory")
     return params
 
-
-def _fields(params: TaskParams) -> dict[str, Any]:
-    return {name: getattr(params, name) for name in params.__dataclass_fields__}

@@ -119,7 +119,8 @@ class Runner:
             self.begin(*self.queue.popleft())
             return True
         envelope, session = self.active
-        faults.inject("runner", f"decode:{session.seq}")
+        if faults.ENABLED:
+            faults.inject("runner", f"decode:{session.seq}")
         try:
             messages = session.step()
         except Exception as exc:  # an engine error ends this request, not the runner

@@ -117,6 +117,21 @@ def test_bad_requests_get_the_upstream_envelope(serving, body, status, needle):
     assert ok == 200
 
 
+def test_max_tokens_may_be_omitted_and_stop_strings_end_generation(serving):
+    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+        "model": MODEL, "temperature": 0, "seed": 1,
+        "messages": [{"role": "user", "content": PROMPT}]}, timeout=120)
+    assert status == 200 and body["usage"]["completion_tokens"] >= 1
+    text = body["choices"][0]["message"]["content"]
+    if len(text) >= 3:  # greedy: the same text again, cut before a stop string taken from it
+        stop = text[1:3]
+        status, cut = http_json(f"{serving.url}/v1/chat/completions", {
+            "model": MODEL, "temperature": 0, "stop": [stop], "max_tokens": 50,
+            "messages": [{"role": "user", "content": PROMPT}]})
+        assert status == 200 and cut["choices"][0]["finish_reason"] == "stop"
+        assert stop not in cut["choices"][0]["message"]["content"]
+
+
 def test_kill9_of_the_runner_mid_stream_ends_the_stream_with_an_error(serving):
     pid = serving.status()[serving.runner_id].pid
     conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)

@@ -1,0 +1,124 @@
+"""Request validation, stop strings, OpenAI/SSE shapes, `/state` JSON and model cards (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skulk.services.api import openai_format as fmt
+from skulk.services.api.chat_request import ApiError, check_context, parse
+from skulk.services.api.state_json import runner_json, state_json
+from skulk.services.runner.stops import StopMatcher
+from skulk.wire.inference import Done, TokenChunk, TopLogprob
+from skulk.wire.models import ModelDirError, card_from_dir, dir_name, scan
+from skulk.wire.state import RunnerStatus, State
+
+OK = {"model": "m/x", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_parse_fills_fields_and_ignores_unknown_ones():
+    p = parse({**OK, "stream": True, "temperature": 0, "stop": "END", "seed": 3, "logprobs": True,
+               "top_logprobs": 2, "frequency_penalty": 1.0, "user": "u",
+               "messages": [{"role": "system", "content": [{"type": "text", "text": "a"},
+                                                           {"type": "text", "text": "b"}]},
+                            {"role": "user", "content": "hi"}]})
+    assert p.stream and p.temperature == 0.0 and p.stop == ("END",) and p.seed == 3
+    assert p.messages[0].content == "ab" and p.top_logprobs == 2 and p.max_tokens == 0
+
+
+@pytest.mark.parametrize("body,needle", [
+    ([], "JSON object"), ({"messages": []}, "model is required"), ({"model": "m"}, "messages is required"),
+    ({**OK, "messages": [{"role": "wizard", "content": "x"}]}, "needs a role"),
+    ({**OK, "messages": [{"role": "user", "content": ""}]}, "no content"),
+    ({**OK, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "only text parts"),
+    ({**OK, "max_tokens": 0}, "positive integer"), ({**OK, "max_tokens": True}, "positive integer"),
+    ({**OK, "temperature": 5}, "temperature"), ({**OK, "top_k": -1}, "top_k"),
+    ({**OK, "stop": [1]}, "stop"), ({**OK, "stream": "yes"}, "stream"), ({**OK, "seed": 1.5}, "seed"),
+    ({**OK, "top_logprobs": 50}, "top_logprobs"),
+])
+def test_parse_rejects_bad_fields_with_400(body, needle):
+    with pytest.raises(ApiError) as err:
+        parse(body)
+    assert err.value.status == 400 and needle in err.value.message
+
+
+def test_context_check_and_default_budget():
+    assert check_context(parse(OK), 100).max_tokens == 100
+    assert check_context(parse({**OK, "max_tokens": 50}), 100).max_tokens == 50
+    with pytest.raises(ApiError, match="^context_length_exceeded: max_tokens \\(101\\)"):
+        check_context(parse({**OK, "max_tokens": 101}), 100)
+
+
+@pytest.mark.parametrize("pieces,stops,emitted,hit", [
+    (["Hello ", "wor", "ld"], (), "Hello world", False),
+    (["Hello E", "ND tail"], ("END",), "Hello ", True),
+    (["abc", "EN", "x"], ("END",), "abcENx", False),
+    (["xxSTO", "P"], ("STOP", "xx"), "", True),
+])
+def test_stop_matcher_holds_back_possible_prefixes(pieces, stops, emitted, hit):
+    m = StopMatcher(stops)
+    out, stopped = "", False
+    for p in pieces:
+        text, stopped = m.feed(p)
+        out += text
+        if stopped:
+            break
+    if not stopped:
+        out += m.flush()
+    assert (out, stopped) == (emitted, hit)
+
+
+def test_sse_frames_and_error_events():
+    assert fmt.sse_comment("keep-alive") == b": keep-alive\n\n"
+    assert fmt.DONE == b"data: [DONE]\n\n"
+    chunk = TokenChunk(request_id="r", seq=0, text="hi", token=5, logprob=-0.5, token_bytes=b"hi",
+                       top_logprobs=(TopLogprob(token="hi", logprob=-0.5, token_bytes=b"hi"),))
+    body = fmt.stream_chunk("cid", "m/x", 1, "hi", chunk=chunk)
+    assert body["object"] == "chat.completion" and body["choices"][0]["delta"] == {"role": "assistant", "content": "hi"}
+    assert body["choices"][0]["logprobs"]["content"][0]["bytes"] == [104, 105]
+    assert json.loads(fmt.sse_data(body)[6:]) == body
+    assert fmt.stream_error("boom")["error"] == {"message": "boom", "type": "InternalServerError",
+                                                 "param": None, "code": 500}
+    assert fmt.stream_error("context_length_exceeded: x")["error"]["code"] == 400
+    done = Done(request_id="r", seq=1, finish_reason="length", prompt_tokens=3, completion_tokens=2,
+                prompt_tps=1.0, generation_tps=2.0, peak_memory_bytes=7)
+    full = fmt.completion("cid", "m/x", 1, "hi", [chunk], done, want_logprobs=False)
+    assert full["usage"]["total_tokens"] == 5 and full["choices"][0]["finish_reason"] == "length"
+
+
+def test_state_json_uses_upstream_shapes():
+    assert runner_json(RunnerStatus(kind="RunnerReady", endpoint="tcp://x")) == {"RunnerReady": {}}
+    assert runner_json(RunnerStatus(kind="RunnerLoading", layers_loaded=1, total_layers=4)) == \
+        {"RunnerLoading": {"layersLoaded": 1, "totalLayers": 4}}
+    assert runner_json(RunnerStatus(kind="RunnerFailed", error_message="e")) == {"RunnerFailed": {"errorMessage": "e"}}
+    keys = set(state_json(State()))
+    assert {"instances", "runners", "tasks", "lastSeen", "topology", "nodeMemory", "nodeIdentities",
+            "lastEventAppliedIdx", "nodeHealth"} <= keys
+
+
+def test_model_cards_from_directories(tmp_path: Path):
+    good = tmp_path / "org--model"
+    good.mkdir()
+    (good / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "quantization": {"bits": 4, "group_size": 64}}))
+    (good / "model.safetensors").write_bytes(b"x" * 100)
+    for name, files in {"bad--noconfig": {}, "nodashes": {"config.json": "{}"},
+                        "bad--garbage": {"config.json": "{not json", "model.safetensors": ""},
+                        "bad--noweights": {"config.json": json.dumps({"num_hidden_layers": 1,
+                                                                      "hidden_size": 1})}}.items():
+        d = tmp_path / name
+        d.mkdir()
+        for fname, text in files.items():
+            (d / fname).write_text(text)
+    cards, rejected = scan(tmp_path)
+    card = cards["org/model"]
+    assert (card.n_layers, card.storage_size_bytes, card.quantization, card.supports_tensor,
+            card.context_length) == (2, 100, "4bit", True, 512)
+    assert set(rejected) == {"bad--noconfig", "nodashes", "bad--garbage", "bad--noweights"}
+    with pytest.raises(ModelDirError):
+        dir_name("../etc/passwd")
+    with pytest.raises(ModelDirError):
+        card_from_dir(tmp_path / "bad--garbage")

@@ -1,0 +1,173 @@
+"""The reducer, routing, single-node placement, command handling and the runner plan (pure)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from skulk.services.master.commands import handle
+from skulk.services.master.routing import Route, RouteError, route
+from skulk.services.master.runner_plan import plan
+from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
+                                 Routed, StateSnapshot, SnapshotRequest, TaskCancelled,
+                                 TaskFinished, TextGeneration)
+from skulk.wire.models import ModelCard
+from skulk.wire.placement import GIB, PlacementError, place
+from skulk.wire.reducer import OutOfOrder, apply
+from skulk.wire.state import (ChatMessage, IndexedEvent, InstanceCreated, InstanceDeleted,
+                              NodeGatheredInfo, NodeInfo, RunnerStatus, RunnerStatusUpdated,
+                              State, TaskParams)
+
+CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4,
+                 hidden_size=256, num_key_value_heads=2, supports_tensor=True,
+                 context_length=2048, family="qwen2", quantization="float32")
+PARAMS = TaskParams(model="skulk/demo-tiny", messages=(ChatMessage(role="user", content="hi"),),
+                    max_tokens=4)
+
+
+_COUNTER = itertools.count()
+
+
+def ids():
+    return lambda: f"{next(_COUNTER):032x}"
+
+
+def run(state: State, events) -> State:
+    for ev in events:
+        state = apply(state, IndexedEvent(idx=state.last_event_applied_idx + 1, session="s", event=ev))
+    return state
+
+
+def node(node_id="n1", total=16 * GIB, available=12 * GIB) -> NodeInfo:
+    return NodeInfo(node_id=node_id, friendly_name=f"host-{node_id}", skulk_version="t",
+                    ram_total=total, ram_available=available, when=0.0)
+
+
+def base() -> State:
+    return run(State(session="s"), [NodeGatheredInfo(info=node())])
+
+
+def placed(state: State | None = None, ready: bool = True) -> tuple[State, str, str]:
+    state = state or base()
+    out = handle(state, PlaceInstance(command_id="c1", card=CARD), ids())
+    state = run(state, out.events)
+    (iid,) = state.instances
+    (rid,) = state.instances[iid].runner_to_shard
+    if ready:
+        state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(
+            kind="RunnerReady", endpoint="tcp://127.0.0.1:1"))])
+    return state, iid, rid
+
+
+def test_reducer_rejects_out_of_order_events():
+    with pytest.raises(OutOfOrder):
+        apply(State(), IndexedEvent(idx=1, session="s", event=NodeGatheredInfo(info=node())))
+
+
+def test_instance_delete_removes_its_runners_and_late_runner_reports_are_ignored():
+    state, iid, rid = placed()
+    assert rid in state.runners
+    state = run(state, [InstanceDeleted(instance_id=iid)])
+    assert state.instances == {} and state.runners == {}
+    state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(kind="RunnerReady"))])
+    assert state.runners == {}
+
+
+def test_route_picks_only_serving_instances_and_errors_at_once_otherwise():
+    assert route(base(), "skulk/demo-tiny") == RouteError(404, "No instance found for model skulk/demo-tiny")
+    state, iid, rid = placed(ready=False)
+    err = route(state, "skulk/demo-tiny")
+    assert isinstance(err, RouteError) and err.status == 503
+    for kind in ("RunnerLoading", "RunnerWarmingUp", "RunnerFailed"):
+        s = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(kind=kind))])
+        assert isinstance(route(s, "skulk/demo-tiny"), RouteError), kind
+    state, iid, rid = placed()
+    got = route(state, "skulk/demo-tiny")
+    assert isinstance(got, Route) and got.runner_id == rid and got.endpoint == "tcp://127.0.0.1:1"
+
+
+def test_route_prefers_the_least_loaded_ready_instance():
+    state, _, _ = placed()
+    state = run(state, handle(state, PlaceInstance(command_id="c2", card=CARD), ids()).events)
+    for rid in {r for i in state.instances.values() for r in i.runner_to_shard}:
+        state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(
+            kind="RunnerReady", endpoint=f"tcp://127.0.0.1:{len(rid)}"))])
+    assert len(state.instances) == 2
+    out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
+    busy = out.reply.instance_id
+    state = run(state, out.events)
+    second = handle(state, TextGeneration(command_id="t2", owner_node="n1", params=PARAMS), ids())
+    assert second.reply.instance_id != busy
+
+
+def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
+    state, iid, rid = placed()
+    out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
+    assert isinstance(out.reply, Routed) and out.reply.instance_id == iid and out.reply.runner_id == rid
+    state = run(state, out.events)
+    assert [t.status for t in state.tasks.values()] == ["Running"]
+    done = run(state, handle(state, TaskFinished(command_id="f", finished_command_id="t1"), ids()).events)
+    assert done.tasks == {}
+    cancelled = handle(state, TaskCancelled(command_id="x", cancelled_command_id="t1"), ids())
+    assert [type(e).__name__ for e in cancelled.events] == ["TaskStatusUpdated", "TaskDeleted"]
+    assert isinstance(handle(state, TaskFinished(command_id="g", finished_command_id="zz"), ids()).reply,
+                      CommandAccepted)
+
+
+def test_delete_cancels_running_tasks_then_deletes():
+    state, iid, _ = placed()
+    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids()).events)
+    out = handle(state, DeleteInstance(command_id="d", instance_id=iid), ids())
+    assert [type(e).__name__ for e in out.events] == ["TaskStatusUpdated", "InstanceDeleted"]
+    assert handle(state, DeleteInstance(command_id="d2", instance_id="nope"), ids()).reply == \
+        CommandRejected(command_id="d2", status=404, message="Instance not found")
+
+
+def test_snapshot_carries_the_whole_state():
+    state, *_ = placed()
+    reply = handle(state, SnapshotRequest(command_id="s"), ids()).reply
+    assert isinstance(reply, StateSnapshot) and reply.state == state
+
+
+@pytest.mark.parametrize("cmd,status,needle", [
+    (PlaceInstance(command_id="c", card=CARD, min_nodes=2), 400, "has only 1 node(s)"),
+    (PlaceInstance(command_id="c", card=CARD, excluded_nodes=("n1",)), 400, "touch an excluded node"),
+    (PlaceInstance(command_id="c", card=CARD, instance_meta="MlxJaccl"), 400, "RDMA"),
+    (PlaceInstance(command_id="c", card=CARD, sharding="Diagonal"), 400, "Unknown sharding"),
+    (PlaceInstance(command_id="c", card=replace(CARD, supports_tensor=False), sharding="Tensor"), 400,
+     "does not support tensor parallelism"),
+])
+def test_placement_refusals(cmd, status, needle):
+    got = place(base(), cmd, ids())
+    assert isinstance(got, PlacementError) and got.status == status and needle in got.message
+
+
+def test_placement_memory_is_per_node_and_a_model_equal_to_free_memory_is_refused():
+    big = replace(CARD, storage_size_bytes=9 * GIB)
+    state = run(State(session="s"), [NodeGatheredInfo(info=node(available=9 * GIB))])
+    got = place(state, PlaceInstance(command_id="c", card=big), ids())
+    assert isinstance(got, PlacementError) and got.status == 400
+    assert "node host-n1 needs ~" in got.message and "but can use 9.0GB" in got.message
+    roomy = run(State(session="s"), [NodeGatheredInfo(info=node(total=64 * GIB, available=60 * GIB))])
+    assert not isinstance(place(roomy, PlaceInstance(command_id="c", card=big), ids()), PlacementError)
+
+
+def test_placement_of_one_node_is_pipeline_over_all_layers_with_a_context_limit():
+    got = place(base(), PlaceInstance(command_id="c", card=CARD, sharding="Tensor"), ids())
+    assert not isinstance(got, PlacementError)
+    (shard,) = got.runner_to_shard.values()
+    assert (shard.kind, shard.world_size, shard.start_layer, shard.end_layer) == ("Pipeline", 1, 0, 4)
+    assert got.context_token_limit == 2048 and got.node_to_runner.keys() == {"n1"}
+
+
+def test_runner_plan_starts_assigned_and_stops_orphans():
+    state, iid, rid = placed()
+    start, stop = plan(state, "n1", {"runner-orphan"}, Path("/m"), "127.0.0.1", "127.0.0.1")
+    assert [s.runner_id for s in start] == [rid] and stop == ["runner-orphan"]
+    args = dict(zip(start[0].args[::2], start[0].args[1::2]))
+    assert args["--model-dir"] == "/m/skulk--demo-tiny" and args["--end-layer"] == "4"
+    assert plan(state, "n1", {rid}, Path("/m"), "h", "h") == ([], [])
+    assert plan(state, "other-node", set(), Path("/m"), "h", "h") == ([], [])
