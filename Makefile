@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed
 SKULK_HOME ?= $(HOME)/.skulk
 API_PORT ?= 52415
 CLUSTER_PORT ?= 52416
+LISTEN ?= 127.0.0.1  # a demo node on this machine only; LISTEN=0.0.0.0 to join a LAN cluster
 
 .PHONY: run test setup sysdeps unit integration clean
 
@@ -32,7 +33,7 @@ $(STAMP): pyproject.toml
 run: setup
 	@$(VENV)/bin/skulk model demo --home "$(SKULK_HOME)"
 	@$(VENV)/bin/skulk run --home "$(SKULK_HOME)" --api-port $(API_PORT) --cluster-port $(CLUSTER_PORT) \
-	    --place skulk/demo-tiny & node=$$!; \
+	    --listen $(LISTEN) --place skulk/demo-tiny & node=$$!; \
 	  trap 'kill -TERM $$node 2>/dev/null; wait $$node' INT TERM; \
 	  if $(VENV)/bin/skulk model wait skulk/demo-tiny --url http://127.0.0.1:$(API_PORT) --timeout 300; then \
 	    echo; echo "Skulk is serving skulk/demo-tiny on port $(API_PORT). Try:"; \

@@ -151,6 +151,11 @@ class ServiceLoop:
         self.poller.register(key, zmq.POLLIN)
         self._handlers[key] = lambda _k: handler(sock)
 
+    def remove_reader(self, sock: Any) -> None:
+        key = sock if isinstance(sock, zmq.Socket) else sock.fileno()
+        self.poller.unregister(key)
+        self._handlers.pop(key, None)
+
     def every(self, interval_s: float, fn: Callable[[], None], first_in: float | None = None) -> None:
         self._timer_seq += 1
         due = time.monotonic() + (interval_s if first_in is None else first_in)

@@ -34,6 +34,9 @@ class NodeConfig:
     listen: str = "0.0.0.0"
     namespace: str = "skulk"
     bootstrap_peers: tuple[str, ...] = ()
+    peer_timeout_s: float = 3.0
+    discovery_port: int = 52417
+    election_timeout_s: float = 3.0
     heartbeat_s: float = 1.0
     liveness: int = 3
     ready_timeout_s: float = 15.0
@@ -52,7 +55,9 @@ class NodeConfig:
 _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "node": {"api_port": ("api_port", int), "cluster_port": ("cluster_port", int),
              "listen": ("listen", str)},
-    "cluster": {"namespace": ("namespace", str), "bootstrap_peers": ("bootstrap_peers", list)},
+    "cluster": {"namespace": ("namespace", str), "bootstrap_peers": ("bootstrap_peers", list),
+                "peer_timeout_s": ("peer_timeout_s", float), "discovery_port": ("discovery_port", int),
+                "election_timeout_s": ("election_timeout_s", float)},
     "heartbeat": {"interval_s": ("heartbeat_s", float), "liveness": ("liveness", int)},
     "children": {"ready_timeout_s": ("ready_timeout_s", float), "shutdown_s": ("shutdown_s", float)},
     "api": {"workers": ("api_workers", int), "threads": ("api_threads", int)},
@@ -160,6 +165,8 @@ def _check(cfg: NodeConfig) -> None:
             raise ConfigError(f"{name} must be in 1..65534, got {port}")
     if cfg.api_port in (cfg.cluster_port, cfg.cluster_port + 1):
         raise ConfigError("api_port must differ from cluster_port and cluster_port + 1")
+    if cfg.peer_timeout_s <= 0 or cfg.election_timeout_s < 0 or not 0 <= cfg.discovery_port <= 65535:
+        raise ConfigError("cluster: peer_timeout_s > 0, election_timeout_s >= 0, discovery_port 0..65535")
     if cfg.heartbeat_s <= 0 or cfg.liveness < 1:
         raise ConfigError("heartbeat interval must be > 0 and liveness >= 1")
     if cfg.ready_timeout_s <= 0 or cfg.shutdown_s <= 0 or cfg.warmup_deadline_s <= 0:

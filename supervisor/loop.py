@@ -81,9 +81,18 @@ class NodeLoop:
         self.root = Supervisor(self.spec, self._spawn, self._emit, self._root_done)
         self.root.start(time.monotonic())
         try:
+            last_wake = time.monotonic()
             while self.exit_code is None:
-                ready = dict(poller.poll(self._timeout_ms()))
+                timeout_ms = self._timeout_ms()
+                ready = dict(poller.poll(timeout_ms))
                 now = time.monotonic()
+                overslept = now - last_wake - timeout_ms / 1000
+                if overslept > self.cfg.heartbeat_s:
+                    # Nobody was here to read beats (SIGSTOP, suspend): do not blame children.
+                    log.warning("supervisor loop was stalled %.1fs past its deadline (frozen or "
+                                "suspended); restarting every child's liveness window", overslept)
+                    self.root.forgive(now)
+                last_wake = now
                 if wake_r.fileno() in ready:
                     self._signals(wake_r, now)
                 self._reap(now)

@@ -18,7 +18,7 @@ from skulk.supervisor.child import ChildProcess
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.strategy import affected, should_restart
-from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, verdict
+from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, forgive, verdict
 from skulk.wire.control import ChildStatus
 
 log = logging.getLogger("skulk.supervisor")
@@ -201,6 +201,15 @@ class Supervisor:
             if slot.state == "waiting" and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 self._start_worker(slot, now)
+
+    def forgive(self, now: float) -> None:
+        """After the supervisor's own stall: every child's liveness window starts again now."""
+        for slot in self.slots.values():
+            if isinstance(slot, SupervisorSlot):
+                if slot.sup is not None:
+                    slot.sup.forgive(now)
+            elif slot.clock is not None and slot.state in ("starting", "running"):
+                slot.clock = forgive(slot.clock, now)
 
     def _watchdog_kill(self, slot: WorkerSlot, why: str, now: float) -> None:
         assert slot.proc is not None and slot.clock is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 
@@ -12,6 +14,13 @@ GUNICORN_TICK_S = 1.0
 """The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
 
 
+def skulk_version() -> str:
+    try:
+        return version("skulk")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
     """Each role's own slice of the configuration, as command-line arguments."""
     if role == "api":
@@ -19,9 +28,13 @@ def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
                 "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads))
     if role == "gossip":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
-                "--namespace", cfg.namespace, "--peers", ",".join(cfg.bootstrap_peers))
+                "--master-port", str(cfg.cluster_port + 1), "--node-id", node_id,
+                "--namespace", cfg.namespace, "--peers", ",".join(cfg.bootstrap_peers),
+                "--peer-timeout", repr(cfg.peer_timeout_s),
+                "--discovery-port", str(cfg.discovery_port), "--version", skulk_version())
     if role == "master":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1), "--node-id", node_id,
+                "--election-timeout", repr(cfg.election_timeout_s),
                 *(a for m in cfg.place for a in ("--place", m)))
     if role == "janitor":
         return ("--trace-retention-days", repr(cfg.trace_retention_days))

@@ -33,6 +33,14 @@ class ChildClock:
         return last + self.heartbeat_s * self.liveness
 
 
+def forgive(clock: ChildClock, now: float) -> ChildClock:
+    """The supervisor itself was frozen (SIGSTOP, machine suspend): restart the child's
+    liveness window from `now` instead of blaming it for beats nobody was there to read."""
+    if clock.ready_at is None:
+        return ChildClock(now, clock.ready_timeout_s, clock.heartbeat_s, clock.liveness)
+    return clock.beat(now)
+
+
 def verdict(clock: ChildClock, now: float) -> Verdict | None:
     """None while the child is on time; otherwise why it must be killed."""
     if now < clock.deadline():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from skulk.wire.state import (IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
+                              NodeTimedOut,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
                               TaskFailed, TaskStatusUpdated)
 
@@ -48,6 +49,14 @@ def _apply(state: State, event: object) -> State:
         return replace(state, tasks={k: v for k, v in state.tasks.items() if k != event.task_id})
     if isinstance(event, NodeGatheredInfo):
         return replace(state, nodes={**state.nodes, event.info.node_id: event.info})
+    if isinstance(event, NodeTimedOut):
+        gone = {i for i, inst in state.instances.items() if event.node_id in inst.node_to_runner}
+        runners = {r for i in gone for r in state.instances[i].runner_to_shard}
+        return replace(
+            state, nodes={k: v for k, v in state.nodes.items() if k != event.node_id},
+            instances={k: v for k, v in state.instances.items() if k not in gone},
+            runners={k: v for k, v in state.runners.items() if k not in runners},
+            tasks={k: v for k, v in state.tasks.items() if v.instance_id not in gone})
     raise TypeError(f"no reducer for {type(event).__name__}")
 
 

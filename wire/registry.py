@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, ChildStatus, Heartbeat
+from skulk.wire import cluster as cl
 from skulk.wire import commands as cmd
 from skulk.wire import inference as inf
 from skulk.wire import state as st
@@ -30,7 +31,7 @@ ALL: tuple[type[Message], ...] = (
     st.ShardMeta, st.Instance, st.RunnerStatus, st.ChatMessage, st.TaskParams, st.Task,
     st.NodeInfo, st.State,
     st.InstanceCreated, st.InstanceDeleted, st.RunnerStatusUpdated, st.TaskCreated,
-    st.TaskStatusUpdated, st.TaskFailed, st.TaskDeleted, st.NodeGatheredInfo,
+    st.TaskStatusUpdated, st.TaskFailed, st.TaskDeleted, st.NodeGatheredInfo, st.NodeTimedOut,
     st.IndexedEvent, st.StateHead,
     # commands to the master and its replies
     cmd.PlaceInstance, cmd.DeleteInstance, cmd.TextGeneration, cmd.TaskCancelled,
@@ -39,6 +40,9 @@ ALL: tuple[type[Message], ...] = (
     # data plane: API <-> runner
     inf.Generate, inf.Cancel, inf.Started, inf.Progress, inf.TopLogprob, inf.TokenChunk,
     inf.Done, inf.Failed,
+    # node to node
+    cl.PeerHello, cl.Member, cl.Membership, cl.Campaign, cl.LeaderAnnounce, cl.EventBatch,
+    cl.ReplayRequest, cl.SnapshotPush, cl.LocalEvent, cl.ForwardCommand, cl.ForwardedReply,
 )
 
 

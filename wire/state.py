@@ -112,6 +112,9 @@ class NodeInfo(Message):
     ram_total: int
     ram_available: int
     when: float  # wall clock (time.time()) of the reading
+    addresses: tuple[str, ...] = ()  # reachable IPs (transport); friendly_name is display only
+    disk_total: int = 0
+    disk_available: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,15 +180,23 @@ class TaskDeleted(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NodeTimedOut(Message):
+    """A node silent past its liveness timeout: it and everything placed on it are removed."""
+
+    TYPE: ClassVar[str] = "event.node_timed_out"
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGatheredInfo(Message):
     TYPE: ClassVar[str] = "event.node_gathered_info"
     info: NodeInfo
 
 
 Event = (InstanceCreated | InstanceDeleted | RunnerStatusUpdated | TaskCreated | TaskStatusUpdated
-         | TaskFailed | TaskDeleted | NodeGatheredInfo)
+         | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut)
 EVENT_TYPES = (InstanceCreated, InstanceDeleted, RunnerStatusUpdated, TaskCreated,
-               TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo)
+               TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skulk.wire.cluster import Membership
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.message import Message
 from skulk.wire.state import IndexedEvent, StateHead
@@ -27,8 +28,9 @@ EVT_SUPERVISOR = Topic(b"evt.supervisor.", (ChildLifecycle,))
 
 EVT_RUNNER = Topic(b"evt.runner.", (RunnerReport,))
 EVT_STATE = Topic(b"evt.state.", (IndexedEvent, StateHead))
+EVT_CLUSTER = Topic(b"evt.cluster.", (Membership,))
 
-ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR, EVT_RUNNER, EVT_STATE)
+ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR, EVT_RUNNER, EVT_STATE, EVT_CLUSTER)
 
 
 def topic_for_frame(frame: bytes) -> Topic | None:

@@ -16,7 +16,8 @@ from skulk.services.api.gateway import Gateway
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.chat import ChatResource
 from skulk.services.api.resources.cluster import (HealthResource, InstanceResource,
-                                                  ModelsResource, NodeIdResource,
+                                                  ModelsResource, NodeDiagnosticsResource,
+                                                  NodeIdResource,
                                                   PlaceResource, PreviewsResource, StateResource)
 
 
@@ -37,6 +38,7 @@ def create_app(home: Path, run_dir: Path, node_id: str) -> falcon.App:
     app.add_route("/health", HealthResource(replica, skulk_version()))
     app.add_route("/node_id", NodeIdResource(node_id))
     app.add_route("/state", StateResource(replica))
+    app.add_route("/v1/diagnostics/node", NodeDiagnosticsResource(replica, node_id, skulk_version()))
     app.add_route("/v1/models", ModelsResource(models))
     app.add_route("/models", ModelsResource(models))
     app.add_route("/v1/chat/completions", ChatResource(gateway, replica, node_id))

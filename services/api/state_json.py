@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 from skulk.wire.models import ModelCard
-from skulk.wire.state import Instance, RunnerStatus, State, Task
+from skulk.wire.state import Instance, NodeInfo, RunnerStatus, State, Task
 
 GIB = 1024 ** 3
 
@@ -63,7 +64,28 @@ def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat()
 
 
-def state_json(state: State) -> dict[str, Any]:
+def node_health(info: NodeInfo, now_wall: float) -> dict[str, Any]:
+    """Upstream's health rules: disk_full <= 2 GB free (error), disk_low < 10 GB (warn),
+    unreachable when last seen more than 15 s ago (warn)."""
+    reasons, level = [], "ok"
+    free = info.disk_available
+    if info.disk_total and free <= 2 * GIB:
+        reasons.append({"code": "disk_full", "message": f"{free / GIB:.1f} GB free",
+                        "remediation": "Free disk on this node; the event log degrades at 2 GiB."})
+        level = "error"
+    elif info.disk_total and free < 10 * GIB:
+        reasons.append({"code": "disk_low", "message": f"{free / GIB:.1f} GB free",
+                        "remediation": "Free disk on this node before it fills up."})
+        level = "warn"
+    if now_wall - info.when > 15:
+        reasons.append({"code": "unreachable", "message": f"last seen {now_wall - info.when:.0f}s ago",
+                        "remediation": "Check the node is running and reachable on its cluster port."})
+        level = "error" if level == "error" else "warn"
+    return {"level": level, "reasons": reasons}
+
+
+def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
+    now_wall = time.time() if now_wall is None else now_wall
     nodes = state.nodes
     return {
         "instances": {i: instance_json(inst) for i, inst in state.instances.items()},
@@ -74,14 +96,16 @@ def state_json(state: State) -> dict[str, Any]:
         "topology": {"nodes": sorted(nodes), "connections": {}},
         "tracingEnabled": False,
         "lastEventAppliedIdx": state.last_event_applied_idx,
-        "nodeNetwork": {},
+        "nodeNetwork": {n: {"interfaces": [{"name": f"addr{k}", "ipAddress": a}
+                                            for k, a in enumerate(i.addresses)]} for n, i in nodes.items()},
         "nodeMemory": {n: {"ramTotal": memory(i.ram_total), "ramAvailable": memory(i.ram_available),
                            "swapTotal": memory(0), "swapAvailable": memory(0)} for n, i in nodes.items()},
         "nodeIdentities": {n: {"friendlyName": i.friendly_name, "skulkVersion": i.skulk_version}
                            for n, i in nodes.items()},
-        "nodeDisk": {},
+        "nodeDisk": {n: {"total": memory(i.disk_total), "available": memory(i.disk_available)}
+                     for n, i in nodes.items()},
         "nodeSystem": {},
-        "nodeHealth": {n: {"level": "ok", "reasons": []} for n in nodes},
+        "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
         "masterNodeId": state.master_node_id,
     }
 

@@ -1,42 +1,191 @@
-"""Holds the node's cluster port. Until the membership protocol exists every frame that
-arrives is decoded, logged and rejected: nothing from the network can crash this loop."""
+"""Membership across nodes: hellos over TCP (ROUTER bound on the cluster port, a DEALER per
+known peer), optional UDP broadcast discovery, liveness expiry, and the live member list
+published on the local bus for the master.
+
+A hello from another namespace is refused and logged; frames that do not decode are logged and
+dropped. Peers are dialled by IP only (advertised addresses or configured bootstrap peers).
+"""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
+import socket
+import time
 from typing import Any
 
+import psutil
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.wire import endpoints
+from skulk.services.gossip.peers import PeerTable, pick_address
+from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import WireError
-from skulk.wire.sockets import make_socket, recv_routed
+from skulk.wire.sockets import make_socket, recv_routed, send
+from skulk.wire.state import NodeInfo
+from skulk.wire.topics import EVT_CLUSTER
 
 log = logging.getLogger("skulk.gossip")
 
 MAX_PEER_FRAME = 1024 * 1024
+HELLO_INTERVAL_S = 0.5
+DISCOVERY_PORT = 52417
+DISCOVERY_INTERVAL_S = 2.0
+LEARNED_TTL_S = 10.0
+
+
+def namespace_hash(namespace: str) -> str:
+    return hashlib.sha256(f"skulk-ns:{namespace}".encode()).hexdigest()[:32]
+
+
+def local_addresses(listen: str) -> tuple[str, ...]:
+    if listen not in ("0.0.0.0", "", "::"):
+        return (listen,)
+    addrs = [a.address for nics in psutil.net_if_addrs().values() for a in nics
+             if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    return tuple(sorted(addrs)) or ("127.0.0.1",)
+
+
+class Gossip:
+    def __init__(self, loop: ServiceLoop, ns: argparse.Namespace) -> None:
+        self.loop = loop
+        self.ns = ns
+        self.ns_hash = namespace_hash(ns.namespace)
+        self.addresses = local_addresses(ns.listen)
+        self.table = PeerTable(ns.node_id, ns.peer_timeout)
+        self.router = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
+                                  bind=f"tcp://{ns.listen}:{ns.port}")
+        self.dealers: dict[str, zmq.Socket[Any]] = {}
+        self.bootstrap = {p for p in ns.peers.split(",") if p}
+        self.learned: dict[str, float] = {}  # endpoint -> until (monotonic), from peers or UDP
+        self.started = time.time()
+
+    def info(self) -> NodeInfo:
+        mem = psutil.virtual_memory()
+        disk = psutil.disk_usage(str(self.loop.rt.args.home))
+        return NodeInfo(node_id=self.ns.node_id, friendly_name=socket.gethostname(),
+                        skulk_version=self.ns.version, ram_total=int(mem.total),
+                        ram_available=int(mem.available), when=time.time(),
+                        addresses=self.addresses, disk_total=int(disk.total),
+                        disk_available=int(disk.free))
+
+    def hello(self) -> None:
+        msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,
+                        master_port=self.ns.master_port, known=tuple(sorted(self.table.endpoints())))
+        for endpoint in sorted(self.bootstrap | set(self.learned) | self.table.endpoints()):
+            sock = self.dealers.get(endpoint)
+            if sock is None:
+                sock = make_socket(self.loop.ctx, zmq.DEALER, hwm=10, max_msg_bytes=MAX_PEER_FRAME,
+                                   connect=f"tcp://{endpoint}")
+                self.dealers[endpoint] = sock
+            try:
+                send(sock, msg, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # peer not connected or slow: hellos are lossy by design
+        self.publish(msg.info)
+
+    def on_frame(self, sock: zmq.Socket[Any]) -> None:
+        for _ in range(200):
+            try:
+                _env, msg = recv_routed(sock, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except WireError as exc:
+                log.warning("gossip: rejected a bad frame on the cluster port: %s", exc)
+                continue
+            if not isinstance(msg, PeerHello):
+                log.warning("gossip: rejected %s on the cluster port", msg.TYPE)
+                continue
+            if msg.namespace != self.ns_hash:
+                log.warning("gossip: refused node %s from another namespace", msg.info.node_id)
+                continue
+            address = pick_address(msg.info.addresses, None)
+            if address is None:
+                continue
+            if self.table.heard(msg, address, time.monotonic()):
+                log.info("gossip: node %s (%s) joined at %s", msg.info.node_id,
+                         msg.info.friendly_name, address)
+                self.publish(self.info())
+            for endpoint in msg.known:  # transitive discovery
+                self.learn(endpoint)
+
+    def learn(self, endpoint: str) -> None:
+        if endpoint not in self.table.endpoints() and endpoint not in self.bootstrap:
+            self.learned[endpoint] = time.monotonic() + LEARNED_TTL_S
+
+    def expire(self) -> None:
+        for node_id in self.table.expire(time.monotonic()):
+            log.warning("gossip: node %s silent for %.1fs; declared gone", node_id, self.ns.peer_timeout)
+        now = time.monotonic()
+        self.learned = {e: t for e, t in self.learned.items() if t > now}
+        live = self.table.endpoints() | self.bootstrap | set(self.learned)
+        for endpoint in [e for e in self.dealers if e not in live]:
+            self.dealers.pop(endpoint).close(0)
+
+    def publish(self, me: NodeInfo) -> None:
+        members = [Member(info=me, master_endpoint=f"tcp://{self.addresses[0]}:{self.ns.master_port}")]
+        members += [Member(info=p.hello.info, master_endpoint=f"tcp://{p.address}:{p.hello.master_port}")
+                    for p in self.table.peers.values()]
+        self.loop.publish(EVT_CLUSTER, Membership(node_id=self.ns.node_id, members=tuple(members)),
+                          suffix="membership")
+        self.loop.status_detail = f"{len(members)} node(s), namespace {self.ns.namespace}"
+
+    # ---- LAN discovery ---------------------------------------------------------------------
+    def open_discovery(self) -> socket.socket | None:
+        try:
+            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if hasattr(socket, "SO_REUSEPORT"):
+                udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            udp.bind(("", self.ns.discovery_port))
+            udp.setblocking(False)
+            return udp
+        except OSError as exc:
+            log.warning("gossip: LAN discovery off (UDP %d: %s)", self.ns.discovery_port, exc.strerror)
+            return None
+
+    def announce(self, udp: socket.socket) -> None:
+        payload = f"skulk1 {self.ns_hash} {self.ns.node_id} {self.ns.port}".encode()
+        try:
+            udp.sendto(payload, ("255.255.255.255", self.ns.discovery_port))
+        except OSError:
+            pass
+
+    def on_discovery(self, udp: socket.socket) -> None:
+        for _ in range(64):
+            try:
+                data, (host, _port) = udp.recvfrom(512)
+            except (BlockingIOError, OSError):
+                return
+            parts = data.decode(errors="replace").split()
+            if len(parts) != 4 or parts[0] != "skulk1" or parts[1] != self.ns_hash or parts[2] == self.ns.node_id:
+                continue
+            if parts[3].isdigit():
+                self.learn(f"{host}:{int(parts[3])}")
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="skulk.services.gossip")
     p.add_argument("--listen", default="0.0.0.0")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--master-port", type=int, required=True)
+    p.add_argument("--node-id", required=True)
     p.add_argument("--namespace", default="skulk")
     p.add_argument("--peers", default="")
+    p.add_argument("--peer-timeout", type=float, default=3.0)
+    p.add_argument("--discovery-port", type=int, default=DISCOVERY_PORT)
+    p.add_argument("--version", default="0")
     ns = p.parse_args(argv)
-    router = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
-                         bind=endpoints.tcp(ns.listen, ns.port))
-
-    def on_frame(sock: zmq.Socket[Any]) -> None:
-        try:
-            _, msg = recv_routed(sock, flags=zmq.NOBLOCK)
-            log.warning("gossip: rejected %s (membership protocol not enabled)", msg.TYPE)
-        except WireError as exc:
-            log.warning("gossip: rejected bad frame from a peer: %s", exc)
-        except zmq.Again:
-            pass
-
-    loop.add_reader(router, on_frame)
+    gossip = Gossip(loop, ns)
+    loop.add_reader(gossip.router, gossip.on_frame)
+    loop.every(HELLO_INTERVAL_S, gossip.hello, first_in=0.0)
+    loop.every(HELLO_INTERVAL_S / 2, gossip.expire)
+    if ns.discovery_port > 0 and not ns.listen.startswith("127."):
+        # LAN discovery only makes sense, and only sends traffic, when peers could reach us.
+        udp = gossip.open_discovery()
+        if udp is not None:
+            loop.add_reader(udp, gossip.on_discovery)
+            loop.every(DISCOVERY_INTERVAL_S, lambda: gossip.announce(udp), first_in=0.2)
     loop.status_detail = f"namespace {ns.namespace}, port {ns.port}"

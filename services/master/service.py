@@ -1,33 +1,35 @@
-"""The master's loop: commands in, indexed events out, runner processes reconciled.
+"""The master's loop: election, the leader's event indexing, followers' replication, command
+forwarding, runner reconciliation.
 
-On a single node it is always the leader: it indexes events (a new session per start),
-applies them with the shared reducer and publishes them on the bus (`evt.state.`) with a
-`StateHead` every second, so replicas (API workers) follow by snapshot + updates. Runner
-reports and supervisor lifecycle events become `RunnerStatusUpdated` events (only on
-change). Every second it asks the supervisor which runners exist and starts or stops runners
-to match the state (`runner_plan`).
+Every node runs one. The leader turns commands into indexed events (pure `commands.handle`),
+applies them, publishes them on its local bus and pushes them to every follower; followers
+apply them in order (replay or snapshot on a gap or a new session) and publish them on their
+own bus, so every API replica follows its local master. Commands from a follower's API are
+forwarded to the leader and answered within a deadline (503 with the reason otherwise),
+following the leader across elections. Runner facts (reports, process exits) go to the leader
+as `LocalEvent`s. Tokens never pass through here.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import socket
 import time
 import uuid
 from collections import OrderedDict
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import psutil
 import zmq
 
 from skulk.services.base import ServiceLoop
 from skulk.services.master.commands import handle
-from skulk.services.master.runner_plan import plan
+from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
+from skulk.services.master.replication import SessionLog, seed
+from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
-from skulk.wire.commands import CommandRejected, PlaceInstance
-from skulk.wire.control import AdminCommand, AdminReply
+from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
+                                LocalEvent, Member, Membership, ReplayRequest, SnapshotPush)
+from skulk.wire.commands import CommandRejected, PlaceInstance, SnapshotRequest, StateSnapshot
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.message import Message
@@ -35,65 +37,184 @@ from skulk.wire.models import ModelDirError, card_from_dir, dir_name
 from skulk.wire.reducer import apply
 from skulk.wire.sockets import (RoutedDecodeError, make_socket, recv, recv_published, recv_routed,
                                 send, send_routed)
-from skulk.wire.state import (IndexedEvent, NodeGatheredInfo, NodeInfo, RunnerStatus,
+from skulk.wire.state import (IndexedEvent, NodeGatheredInfo, NodeTimedOut, RunnerStatus,
                               RunnerStatusUpdated, State, StateHead)
 from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.master")
 
 REPLY_CACHE = 1024
-NODE_INFO_INTERVAL_S = 10.0
-RECONCILE_INTERVAL_S = 1.0
+FORWARD_DEADLINE_S = 4.0
+MAX_PEER_FRAME = 64 * 1024 * 1024
+NODE_INFO_REFRESH_S = 10.0
 FAILED_EVENTS = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
 """Runner process ends: whatever the cause, that incarnation no longer serves."""
-REQUEST_AGAIN_S = 2.0
-
-
-def skulk_version() -> str:
-    try:
-        return version("skulk")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class Master:
     def __init__(self, loop: ServiceLoop, ns: argparse.Namespace) -> None:
-        self.loop = loop
-        self.ns = ns
-        self.node_id = ns.node_id
-        self.session = uuid.uuid4().hex
-        self.state = State(session=self.session, master_node_id=self.node_id)
+        self.loop, self.ns, self.node_id = loop, ns, ns.node_id
+        self.election = Election(ns.node_id, timeout_s=ns.election_timeout)
+        self.state = State()
+        self.log: SessionLog | None = None
+        self.members: dict[str, Member] = {}
+        self.peers: dict[str, zmq.Socket[Any]] = {}
         self.replies: OrderedDict[str, Message] = OrderedDict()
+        self.pending: dict[str, tuple[list[bytes] | None, float, Message]] = {}
+        self.local_runners: dict[str, RunnerStatus] = {}
+        self.info_sent: dict[str, float] = {}
+        self.boot_places: list[str] = list(ns.place)
         run = loop.rt.args.run_dir
-        self.router = make_socket(loop.ctx, zmq.ROUTER, bind=endpoints.master_local(run))
+        self.local = make_socket(loop.ctx, zmq.ROUTER, bind=endpoints.master_local(run))
+        self.cluster = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
+                                   bind=f"tcp://{ns.listen}:{ns.port}")
         self.sub = make_socket(loop.ctx, zmq.SUB, hwm=10000, connect=endpoints.bus_out(run),
-                               subscribe=(b"evt.runner.", b"evt.supervisor."))
-        self.sup = make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run))
-        self.status_pending_since: float | None = None
-        self.requested: dict[str, float] = {}
+                               subscribe=(b"evt.runner.", b"evt.supervisor.", b"evt.cluster."))
+        self.keeper = RunnerKeeper(
+            make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run)),
+            ns.node_id, loop.rt.args.home / "models", ns.listen, ns.advertise, lambda: self.state)
 
-    # ---- events ---------------------------------------------------------------------------
+    # ---- roles ----------------------------------------------------------------------------
+    def act(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, Broadcast):
+                self.to_peers(action.msg)
+            elif isinstance(action, BecomeLeader):
+                log.info("elected leader: session %s (%d member(s))", action.session, len(self.members))
+                self.state = seed(self.state, action.session, self.node_id)
+                self.log = SessionLog(action.session)
+                self.publish_head()
+                self.to_peers(self.election.announce(-1))
+                self.refresh_nodes(force=True)
+                for rid, status in self.local_runners.items():
+                    self.runner_fact(rid, status)
+                self.flush_pending()
+            elif isinstance(action, Follow):
+                log.info("following leader %s (session %s)", action.leader, action.session)
+                self.log = None
+                self.ask_replay(-1)
+        self.loop.status_detail = (f"{'leader' if self.election.is_leader else 'follower'} "
+                                   f"of {self.election.leader or '-'} session {self.state.session[:12]} "
+                                   f"idx {self.state.last_event_applied_idx}")
+
+    def leader_sock(self) -> zmq.Socket[Any] | None:
+        leader = self.election.leader
+        return self.peers.get(leader) if leader and leader != self.node_id and self.election.session else None
+
+    def to_peers(self, msg: Message) -> None:
+        for sock in self.peers.values():
+            try:
+                send(sock, msg, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+
+    # ---- state changes ----------------------------------------------------------------------
     def emit(self, events: list[Message]) -> None:
+        """Leader only: index, apply, publish locally, push to followers."""
+        batch = []
         for event in events:
             indexed = IndexedEvent(idx=self.state.last_event_applied_idx + 1,
-                                   session=self.session, event=event)  # type: ignore[arg-type]
+                                   session=self.state.session, event=event)  # type: ignore[arg-type]
             self.state = apply(self.state, indexed)
             self.loop.publish(EVT_STATE, indexed, suffix=event.TYPE)
-        if events:
-            self.loop.status_detail = f"leader, session {self.session[:8]}, idx {self.state.last_event_applied_idx}"
+            assert self.log is not None
+            self.log.append(indexed)
+            batch.append(indexed)
+        if batch:
+            self.to_peers(EventBatch(session=self.state.session, events=tuple(batch)))
+
+    def follow(self, batch: EventBatch) -> None:
+        if self.election.is_leader:
+            return
+        if batch.session != self.state.session:
+            self.ask_replay(-1)
+            return
+        for ev in batch.events:
+            if ev.idx <= self.state.last_event_applied_idx:
+                continue
+            if ev.idx != self.state.last_event_applied_idx + 1:
+                self.ask_replay(self.state.last_event_applied_idx)
+                return
+            self.state = apply(self.state, ev)
+            self.loop.publish(EVT_STATE, ev, suffix=ev.event.TYPE)
+
+    def ask_replay(self, since: int) -> None:
+        sock = self.leader_sock()
+        if sock is not None:
+            send(sock, ReplayRequest(node_id=self.node_id, session=self.state.session, since=since),
+                 flags=zmq.NOBLOCK)
+
+    def adopt(self, snapshot: State) -> None:
+        if self.election.is_leader or snapshot.session != self.election.session:
+            return
+        self.state = snapshot
+        self.publish_head()
+        for rid, status in self.local_runners.items():
+            self.runner_fact(rid, status)
 
     def publish_head(self) -> None:
         self.loop.publish(EVT_STATE, StateHead(idx=self.state.last_event_applied_idx,
-                                               session=self.session), suffix="head")
-
-    def gather_node_info(self) -> None:
-        mem = psutil.virtual_memory()
-        self.emit([NodeGatheredInfo(info=NodeInfo(
-            node_id=self.node_id, friendly_name=socket.gethostname(), skulk_version=skulk_version(),
-            ram_total=int(mem.total), ram_available=int(mem.available), when=time.time()))])
+                                               session=self.state.session), suffix="head")
 
     # ---- commands -------------------------------------------------------------------------
-    def on_command(self, sock: zmq.Socket[Any]) -> None:
+    def command(self, envelope: list[bytes] | None, cmd: Message) -> None:
+        if isinstance(cmd, SnapshotRequest):
+            if envelope is not None:
+                send_routed(self.local, envelope, StateSnapshot(command_id=cmd.command_id, state=self.state))
+            return
+        if self.election.is_leader:
+            self.answer(envelope, self.execute(cmd))
+            return
+        command_id = getattr(cmd, "command_id", "")
+        self.pending[command_id] = (envelope, time.monotonic() + FORWARD_DEADLINE_S, cmd)
+        self.forward(command_id)
+
+    def execute(self, cmd: Message) -> Message:
+        command_id = getattr(cmd, "command_id", "")
+        reply = self.replies.get(command_id) if command_id else None
+        if reply is None:
+            outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex)
+            self.emit(outcome.events)
+            reply = outcome.reply
+            if command_id:
+                self.replies[command_id] = reply
+                while len(self.replies) > REPLY_CACHE:
+                    self.replies.popitem(last=False)
+        return reply
+
+    def answer(self, envelope: list[bytes] | None, reply: Message) -> None:
+        if envelope is not None:
+            send_routed(self.local, envelope, reply)
+        else:
+            log.info("boot command: %s", getattr(reply, "message", reply.TYPE))
+
+    def forward(self, command_id: str) -> None:
+        sock = self.leader_sock()
+        if sock is not None and command_id in self.pending:
+            send(sock, ForwardCommand(node_id=self.node_id, command=self.pending[command_id][2]),  # type: ignore[arg-type]
+                 flags=zmq.NOBLOCK)
+
+    def flush_pending(self) -> None:
+        for command_id in list(self.pending):
+            envelope, _deadline, cmd = self.pending.pop(command_id)
+            if self.election.is_leader:
+                self.answer(envelope, self.execute(cmd))
+            else:
+                self.pending[command_id] = (envelope, _deadline, cmd)
+                self.forward(command_id)
+
+    def expire_pending(self) -> None:
+        now = time.monotonic()
+        for command_id, (envelope, deadline, _cmd) in list(self.pending.items()):
+            if now >= deadline:
+                del self.pending[command_id]
+                self.answer(envelope, CommandRejected(
+                    command_id=command_id, status=503,
+                    message=f"no cluster leader answered within {FORWARD_DEADLINE_S:.0f}s "
+                            "(an election may be in progress); please retry"))
+
+    # ---- sockets ------------------------------------------------------------------------------
+    def on_local(self, sock: zmq.Socket[Any]) -> None:
         for _ in range(100):
             try:
                 envelope, cmd = recv_routed(sock, flags=zmq.NOBLOCK)
@@ -103,31 +224,66 @@ class Master:
                 send_routed(sock, exc.envelope, CommandRejected(command_id="", status=400,
                                                                 message=f"bad command: {exc}"))
                 continue
-            command_id = getattr(cmd, "command_id", "")
-            reply = self.replies.get(command_id) if command_id else None
-            if reply is None:
-                outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex)
-                self.emit(outcome.events)
-                reply = outcome.reply
-                if command_id and not reply.TYPE == "reply.state_snapshot":
-                    self.replies[command_id] = reply
-                    while len(self.replies) > REPLY_CACHE:
-                        self.replies.popitem(last=False)
-            send_routed(sock, envelope, reply)
+            self.command(envelope, cmd)
 
-    def place_at_boot(self, model_id: str) -> None:
-        """`skulk run --place MODEL`: place it from the local models dir, or say why not."""
-        try:
-            card = card_from_dir(self.loop.rt.args.home / "models" / dir_name(model_id))
-        except ModelDirError as exc:
-            log.error("--place %s: %s", model_id, exc)
-            return
-        outcome = handle(self.state, PlaceInstance(command_id=uuid.uuid4().hex, card=card),
-                         lambda: uuid.uuid4().hex)
-        self.emit(outcome.events)
-        log.info("--place %s: %s", model_id, getattr(outcome.reply, "message", outcome.reply))
+    def on_cluster(self, sock: zmq.Socket[Any]) -> None:
+        now = time.monotonic()
+        for _ in range(200):
+            try:
+                envelope, msg = recv_routed(sock, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except WireError as exc:
+                log.warning("master: rejected a bad frame on the cluster port: %s", exc)
+                continue
+            if isinstance(msg, Campaign):
+                self.act(self.election.on_campaign(msg, now, self.state.last_event_applied_idx))
+            elif isinstance(msg, LeaderAnnounce):
+                self.act(self.election.on_announce(msg, now))
+                if self.election.leader == msg.node_id and msg.session == self.state.session \
+                        and msg.head > self.state.last_event_applied_idx:
+                    self.ask_replay(self.state.last_event_applied_idx)
+            elif isinstance(msg, EventBatch):
+                self.follow(msg)
+            elif isinstance(msg, ReplayRequest) and self.election.is_leader and self.log is not None:
+                events = self.log.since(msg.since) if msg.session == self.state.session else None
+                reply: Message = (EventBatch(session=self.state.session, events=tuple(events))
+                                  if events is not None else SnapshotPush(state=self.state))
+                send_routed(sock, envelope, reply)
+            elif isinstance(msg, LocalEvent) and self.election.is_leader:
+                if isinstance(msg.event, RunnerStatusUpdated):
+                    self.runner_fact(msg.event.runner_id, msg.event.status)
+            elif isinstance(msg, ForwardCommand):
+                reply = (self.execute(msg.command) if self.election.is_leader else CommandRejected(
+                    command_id=getattr(msg.command, "command_id", ""), status=503,
+                    message="not the leader (election in progress); please retry"))
+                send_routed(sock, envelope, ForwardedReply(reply=reply))  # type: ignore[arg-type]
+            else:
+                log.warning("master: ignored %s on the cluster port", msg.TYPE)
 
-    # ---- runner reports and lifecycle -----------------------------------------------------------
+    def on_peer(self, sock: zmq.Socket[Any]) -> None:
+        for _ in range(200):
+            try:
+                msg = recv(sock, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except WireError as exc:
+                log.warning("master: bad frame from a peer: %s", exc)
+                continue
+            if isinstance(msg, ForwardedReply):
+                command_id = getattr(msg.reply, "command_id", "")
+                if command_id in self.pending:
+                    envelope, _d, _c = self.pending.pop(command_id)
+                    if isinstance(msg.reply, CommandRejected) and msg.reply.status == 503 \
+                            and "not the leader" in msg.reply.message:
+                        self.pending[command_id] = (envelope, _d, _c)  # wait for the next leader
+                        continue
+                    self.answer(envelope, msg.reply)
+            elif isinstance(msg, EventBatch):
+                self.follow(msg)
+            elif isinstance(msg, SnapshotPush):
+                self.adopt(msg.state)
+
     def on_bus(self, sock: zmq.Socket[Any]) -> None:
         for _ in range(1000):
             try:
@@ -138,59 +294,89 @@ class Master:
                 log.warning("master: dropped bad bus frame: %s", exc)
                 continue
             if isinstance(msg, RunnerReport):
-                self.runner_status(msg.runner_id, msg.status)
+                self.local_runners[msg.runner_id] = msg.status
+                self.runner_fact(msg.runner_id, msg.status)
             elif isinstance(msg, ChildLifecycle) and msg.supervisor == "runners" \
                     and msg.event in FAILED_EVENTS:
                 cause = {"exited": msg.detail, "stopped": f"stopped by its supervisor, {msg.detail}"}.get(
                     msg.event, msg.event.replace("_", " "))
-                self.runner_status(msg.child_id, RunnerStatus(
-                    kind="RunnerFailed", node_id=self.node_id,
-                    error_message=f"Terminated ({cause})"))
+                status = RunnerStatus(kind="RunnerFailed", node_id=self.node_id,
+                                      error_message=f"Terminated ({cause})")
+                self.local_runners[msg.child_id] = status
+                self.runner_fact(msg.child_id, status)
+            elif isinstance(msg, Membership) and msg.node_id == self.node_id:
+                self.membership(msg)
 
-    def runner_status(self, runner_id: str, status: RunnerStatus) -> None:
-        if self.state.runners.get(runner_id) != status:
-            self.emit([RunnerStatusUpdated(runner_id=runner_id, status=status)])
-
-    # ---- runner processes -----------------------------------------------------------------
-    def ask_supervisor(self) -> None:
-        now = time.monotonic()
-        if self.status_pending_since is not None and now - self.status_pending_since < 5.0:
+    # ---- facts ----------------------------------------------------------------------------------
+    def runner_fact(self, runner_id: str, status: RunnerStatus) -> None:
+        if self.state.runners.get(runner_id) == status:
             return
-        self.status_pending_since = now
-        send(self.sup, AdminCommand(verb="status"), flags=zmq.NOBLOCK)
+        if self.election.is_leader:
+            self.emit([RunnerStatusUpdated(runner_id=runner_id, status=status)])
+        elif (sock := self.leader_sock()) is not None:
+            send(sock, LocalEvent(node_id=self.node_id, event=RunnerStatusUpdated(
+                runner_id=runner_id, status=status)), flags=zmq.NOBLOCK)
 
-    def on_supervisor(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(100):
-            try:
-                reply = recv(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if not isinstance(reply, AdminReply):
-                continue
-            if not reply.ok:
-                log.warning("supervisor refused a runner command: %s", reply.message)
-            elif not reply.message:  # the answer to `status`
-                self.status_pending_since = None
-                self.reconcile({c.id for c in reply.children if c.supervisor == "runners"})
+    def membership(self, msg: Membership) -> None:
+        members = {m.info.node_id: m for m in msg.members}
+        for node_id, member in members.items():
+            if node_id != self.node_id and node_id not in self.peers:
+                self.peers[node_id] = make_socket(self.loop.ctx, zmq.DEALER, hwm=10000,
+                                                  max_msg_bytes=MAX_PEER_FRAME,
+                                                  connect=member.master_endpoint)
+                self.loop.add_reader(self.peers[node_id], self.on_peer)
+        for node_id in [n for n in self.peers if n not in members]:
+            sock = self.peers.pop(node_id)
+            self.loop.remove_reader(sock)
+            sock.close(0)
+        self.members = members
+        self.act(self.election.on_membership(frozenset(members), time.monotonic(),
+                                             self.state.last_event_applied_idx))
+        self.refresh_nodes()
+        if self.boot_places and self.node_id in members:
+            for model_id in self.boot_places:
+                self.place_at_boot(model_id)
+            self.boot_places = []
 
-    def reconcile(self, running: set[str]) -> None:
+    def refresh_nodes(self, force: bool = False) -> None:
+        if not self.election.is_leader:
+            return
         now = time.monotonic()
-        start, stop = plan(self.state, self.node_id, running, self.loop.rt.args.home / "models",
-                           self.ns.listen, self.ns.advertise)
-        for s in start:
-            if now - self.requested.get(s.runner_id, -1e9) < REQUEST_AGAIN_S:
-                continue
-            self.requested[s.runner_id] = now
-            log.info("starting runner %s", s.runner_id)
-            send(self.sup, AdminCommand(verb="start_child", supervisor="runners", target=s.runner_id,
-                                        args=s.args), flags=zmq.NOBLOCK)
-        for rid in stop:
-            if now - self.requested.get(rid, -1e9) < REQUEST_AGAIN_S:
-                continue
-            self.requested[rid] = now
-            log.info("stopping runner %s (no longer in state)", rid)
-            send(self.sup, AdminCommand(verb="terminate_child", supervisor="runners", target=rid),
-                 flags=zmq.NOBLOCK)
+        events: list[Message] = [NodeTimedOut(node_id=n) for n in self.state.nodes if n not in self.members]
+        for node_id, member in self.members.items():
+            if force or node_id not in self.state.nodes or now - self.info_sent.get(node_id, 0) > NODE_INFO_REFRESH_S:
+                self.info_sent[node_id] = now
+                events.append(NodeGatheredInfo(info=member.info))
+        for ev in events:
+            if isinstance(ev, NodeTimedOut):
+                log.warning("node %s timed out; removing it and its instances", ev.node_id)
+        self.emit(events)
+
+    def place_at_boot(self, model_id: str) -> None:
+        """`skulk run --place MODEL`: place it from the local models dir, or say why not."""
+        try:
+            card = card_from_dir(self.loop.rt.args.home / "models" / dir_name(model_id))
+        except ModelDirError as exc:
+            log.error("--place %s: %s", model_id, exc)
+            return
+        self.command(None, PlaceInstance(command_id=uuid.uuid4().hex, card=card))
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        self.act(self.election.tick(now, self.state.last_event_applied_idx))
+        if self.election.is_leader:
+            self.to_peers(self.election.announce(self.state.last_event_applied_idx))
+        elif self.election.session:  # resend until answered: the leader dedupes by command id
+            for command_id in list(self.pending):
+                self.forward(command_id)
+        self.expire_pending()
+
+    def every_second(self) -> None:
+        self.publish_head()
+        self.refresh_nodes()
+        if not self.election.is_leader:  # re-send local facts the leader has not indexed yet
+            for rid, status in self.local_runners.items():
+                self.runner_fact(rid, status)
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
@@ -198,17 +384,16 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--listen", default="0.0.0.0")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--node-id", required=True)
+    p.add_argument("--election-timeout", type=float, default=3.0)
     p.add_argument("--place", action="append", default=[])
     ns = p.parse_args(argv)
     ns.advertise = "127.0.0.1" if ns.listen in ("0.0.0.0", "::", "") else ns.listen
     master = Master(loop, ns)
-    master.gather_node_info()
-    for model_id in ns.place:
-        master.place_at_boot(model_id)
-    loop.add_reader(master.router, master.on_command)
+    loop.add_reader(master.local, master.on_local)
+    loop.add_reader(master.cluster, master.on_cluster)
     loop.add_reader(master.sub, master.on_bus)
-    loop.add_reader(master.sup, master.on_supervisor)
-    loop.every(1.0, master.publish_head)
-    loop.every(RECONCILE_INTERVAL_S, master.ask_supervisor, first_in=0.1)
-    loop.every(NODE_INFO_INTERVAL_S, master.gather_node_info)
-    loop.status_detail = f"leader, session {master.session[:8]}"
+    loop.add_reader(master.keeper.sup, master.keeper.on_reply)
+    master.act(master.election.boot(time.monotonic()))
+    loop.every(0.5, master.tick)
+    loop.every(1.0, master.every_second)
+    loop.every(1.0, master.keeper.ask, first_in=0.1)

@@ -17,7 +17,7 @@ from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstanc
 from skulk.wire.models import ModelCard
 from skulk.wire.placement import GIB, PlacementError, place
 from skulk.wire.reducer import OutOfOrder, apply
-from skulk.wire.state import (ChatMessage, IndexedEvent, InstanceCreated, InstanceDeleted,
+from skulk.wire.state import (ChatMessage, IndexedEvent, InstanceDeleted,
                               NodeGatheredInfo, NodeInfo, RunnerStatus, RunnerStatusUpdated,
                               State, TaskParams)
 

@@ -9,7 +9,7 @@ import pytest
 from skulk.supervisor import exitcodes
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.strategy import affected, should_restart
-from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, verdict
+from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, forgive, verdict
 
 IDS = ["a", "b", "c", "d"]
 
@@ -92,3 +92,11 @@ def test_exit_codes_in_plain_words():
     assert exitcodes.describe(70) == "exit code 70 (escalated)"
     assert exitcodes.describe(5) == "exit code 5"
     assert exitcodes.is_normal(0) and exitcodes.is_normal(-15) and not exitcodes.is_normal(1)
+
+
+def test_forgive_restarts_the_liveness_window_after_the_supervisors_own_stall():
+    clock = ChildClock(0.0, 5.0, 1.0, 3).ready(1.0)
+    assert verdict(clock, 100.0) == "heartbeat_missed"
+    assert verdict(forgive(clock, 100.0), 100.0) is None
+    booting = ChildClock(0.0, 5.0, 1.0, 3)
+    assert forgive(booting, 100.0).deadline() == 105.0

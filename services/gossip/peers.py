@@ -1,0 +1,48 @@
+"""The peer table (pure): who is alive, learned from hellos, expired by liveness timeout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from skulk.wire.cluster import PeerHello
+
+
+@dataclass
+class Peer:
+    hello: PeerHello
+    address: str  # the IP we reach it on
+    last_seen: float
+
+
+@dataclass
+class PeerTable:
+    self_id: str
+    timeout_s: float
+    peers: dict[str, Peer] = field(default_factory=dict)
+
+    def heard(self, hello: PeerHello, address: str, now: float) -> bool:
+        """Record a hello; True when this node id is new (joined)."""
+        node_id = hello.info.node_id
+        if node_id == self.self_id:
+            return False
+        joined = node_id not in self.peers
+        self.peers[node_id] = Peer(hello, address, now)
+        return joined
+
+    def expire(self, now: float) -> list[str]:
+        """Node ids silent for longer than the timeout; they are dropped from the table."""
+        gone = [n for n, p in self.peers.items() if now - p.last_seen > self.timeout_s]
+        for n in gone:
+            del self.peers[n]
+        return gone
+
+    def endpoints(self) -> set[str]:
+        return {f"{p.address}:{p.hello.gossip_port}" for p in self.peers.values()}
+
+
+def pick_address(advertised: tuple[str, ...], dialled_host: str | None) -> str | None:
+    """The transport address for a peer: the one we dialled if it advertises it, else its
+    first advertised address. Never a hostname: only what the peer advertised as an IP."""
+    if dialled_host and dialled_host in advertised:
+        return dialled_host
+    return advertised[0] if advertised else dialled_host

@@ -1,0 +1,142 @@
+"""Leader election (pure, `now` passed in).
+
+- Boot: a node is at once the leader of its own one-node session (upstream's instant initial
+  campaign), so a lone node serves immediately.
+- Meeting: leaders announce `(seniority, clock, node id)` every 0.5 s; a leader that hears a
+  higher key steps down and follows. A leader's seniority is the largest cluster it has led,
+  so a late joiner or a healed lone node never deposes an established leader.
+- Loss: when the leader leaves the gossip membership (or stops announcing), every node
+  campaigns: raises its clock above any seen, tells every member, and after `timeout_s`
+  (DEFAULT_ELECTION_TIMEOUT, 3 s) picks the max candidate by (clock, last applied index,
+  node id): the node that knows the most state wins. Each win opens a new session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from skulk.wire.cluster import Campaign, LeaderAnnounce
+
+DEFAULT_ELECTION_TIMEOUT = 3.0
+ANNOUNCE_LIVENESS_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    msg: Campaign
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeLeader:
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    leader: str
+    session: str
+
+
+Action = Broadcast | BecomeLeader | Follow
+
+
+@dataclass
+class Election:
+    node_id: str
+    timeout_s: float = DEFAULT_ELECTION_TIMEOUT
+    clock: int = 0
+    seniority: int = 0
+    leader: str | None = None
+    session: str = ""
+    leader_key: tuple[int, int, str] = (0, 0, "")
+    leader_seen: float = 0.0
+    campaign_until: float | None = None
+    candidates: dict[str, Campaign] = field(default_factory=dict)
+    members: frozenset[str] = frozenset()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.node_id
+
+    def key(self) -> tuple[int, int, str]:
+        return (self.seniority, self.clock, self.node_id)
+
+    def boot(self, now: float) -> list[Action]:
+        self.clock = 1
+        return self._win(now, 1)
+
+    def _win(self, now: float, size: int) -> list[Action]:
+        self.seniority = max(self.seniority, size)
+        self.leader, self.session = self.node_id, f"{self.clock}-{self.node_id}"
+        self.leader_key, self.leader_seen = self.key(), now
+        self.campaign_until, self.candidates = None, {}
+        return [BecomeLeader(self.session)]
+
+    def announce(self, head: int) -> LeaderAnnounce:
+        return LeaderAnnounce(node_id=self.node_id, session=self.session, clock=self.clock,
+                              seniority=self.seniority, head=head)
+
+    def start(self, now: float, last_idx: int) -> list[Action]:
+        self.clock += 1
+        self.leader, self.session = None, ""
+        self.campaign_until = now + self.timeout_s
+        me = Campaign(node_id=self.node_id, clock=self.clock, last_idx=last_idx)
+        self.candidates = {self.node_id: me}
+        return [Broadcast(me)]
+
+    def on_membership(self, members: frozenset[str], now: float, last_idx: int) -> list[Action]:
+        joined = members - self.members
+        self.members = members
+        if self.is_leader:
+            self.seniority = max(self.seniority, len(members))
+            return []
+        if self.leader is not None and self.leader not in members:
+            return self.start(now, last_idx)
+        if self.campaign_until is not None and joined:
+            return [Broadcast(self.candidates[self.node_id])]
+        return []
+
+    def on_campaign(self, msg: Campaign, now: float, last_idx: int) -> list[Action]:
+        if self.leader is not None and now - self.leader_seen < ANNOUNCE_LIVENESS_S \
+                and msg.node_id != self.leader:
+            return []  # a live leader exists: the campaigner will hear its announce
+        if self.campaign_until is None or msg.clock > self.clock:
+            self.clock = max(self.clock, msg.clock) - 1
+            actions = self.start(now, last_idx)
+            self.candidates[msg.node_id] = msg
+            return actions
+        if msg.clock == self.clock:
+            self.candidates[msg.node_id] = msg
+        return []
+
+    def on_announce(self, msg: LeaderAnnounce, now: float) -> list[Action]:
+        theirs = (msg.seniority, msg.clock, msg.node_id)
+        if msg.node_id == self.node_id:
+            return []
+        if self.is_leader and theirs < self.key():
+            return []  # we outrank it; it follows us when it hears our announce
+        if self.leader == msg.node_id and self.session == msg.session:
+            self.leader_seen, self.leader_key = now, theirs
+            return []
+        if not self.is_leader and self.leader is not None and self.session \
+                and now - self.leader_seen < ANNOUNCE_LIVENESS_S and theirs < self.leader_key:
+            return []  # we follow a live leader that outranks this one
+        self.clock = max(self.clock, msg.clock)
+        self.leader, self.session, self.leader_seen, self.leader_key = msg.node_id, msg.session, now, theirs
+        self.campaign_until, self.candidates = None, {}
+        return [Follow(msg.node_id, msg.session)]
+
+    def tick(self, now: float, last_idx: int) -> list[Action]:
+        if self.campaign_until is not None and now >= self.campaign_until:
+            self.campaign_until = None
+            live = [c for n, c in self.candidates.items() if n == self.node_id or n in self.members]
+            winner = max(live, key=lambda c: (c.clock, c.last_idx, c.node_id))
+            if winner.node_id == self.node_id:
+                return self._win(now, len(self.members))
+            self.leader, self.session, self.leader_seen = winner.node_id, "", now
+            return []  # the winner announces once its own window closes
+        if not self.is_leader and self.leader is not None and now - self.leader_seen > ANNOUNCE_LIVENESS_S:
+            return self.start(now, last_idx)  # the expected leader never announced, or went quiet
+        if self.leader is None and self.campaign_until is None:
+            return self.start(now, last_idx)
+        return []

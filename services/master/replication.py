@@ -1,0 +1,32 @@
+"""The leader's log of its session's events, for followers that missed some (pure)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from skulk.wire.state import IndexedEvent, State
+
+LOG_KEEP = 10_000
+
+
+@dataclass
+class SessionLog:
+    session: str
+    events: deque[IndexedEvent] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))
+
+    def append(self, event: IndexedEvent) -> None:
+        self.events.append(event)
+
+    def since(self, idx: int) -> list[IndexedEvent] | None:
+        """Events after `idx`, or None when they are no longer kept (send a snapshot)."""
+        if not self.events or idx + 1 < self.events[0].idx:
+            return None if self.events and idx + 1 < self.events[0].idx else []
+        return [e for e in self.events if e.idx > idx]
+
+
+def seed(previous: State, session: str, node_id: str) -> State:
+    """A new leader's first state: what the old session knew about instances, runners and
+    nodes carries over (instances survive a master loss); tasks belong to the old session."""
+    return replace(previous, session=session, master_node_id=node_id, last_event_applied_idx=-1,
+                   tasks={})

@@ -1,0 +1,63 @@
+"""Several real nodes on one machine: each its own `--home`, loopback ports and process group,
+joined by bootstrap peers in a namespace of their own. Waits are on real signals: every
+re-check of the nodes' `/state` is triggered by a message on a node's bus (membership is
+published every 0.5 s), under a deadline."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+from collections.abc import Callable
+from typing import Any
+
+from tests.integration.harness import BusWatcher, Node
+from tests.integration.serving import http_json
+
+FAST = {"cluster": {"discovery_port": 0}}
+
+
+def node_args(namespace: str, peers: list[Node]) -> tuple[str, ...]:
+    args = ("--namespace", namespace)
+    if peers:
+        args += ("--bootstrap-peers", ",".join(f"127.0.0.1:{p.cluster_port}" for p in peers))
+    return args
+
+
+def state_of(node: Node) -> dict[str, Any] | None:
+    try:
+        status, body = http_json(f"{node.url}/state", timeout=5)
+    except (OSError, urllib.error.URLError):
+        return None
+    return body if status == 200 else None
+
+
+def wait_until(watch: Node, check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Re-run `check` on every bus message of `watch` until it returns something truthy."""
+    watcher = BusWatcher(watch, b"evt.")
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            result = check()
+            if result:
+                return result
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{what}: not within {timeout}s")
+            next(watcher.messages(left), None)
+    finally:
+        watcher.close()
+
+
+def converged(nodes: list[Node], count: int, same_idx: bool = False) -> dict[str, Any] | None:
+    """When every node's /state lists `count` nodes and names the same master: that master."""
+    states = [state_of(n) for n in nodes]
+    if any(s is None for s in states):
+        return None
+    masters = {s["masterNodeId"] for s in states}  # type: ignore[index]
+    if len(masters) != 1 or not next(iter(masters)):
+        return None
+    if any(len(s["nodeIdentities"]) != count for s in states):  # type: ignore[index]
+        return None
+    if same_idx and len({s["lastEventAppliedIdx"] for s in states}) != 1:  # type: ignore[index]
+        return None
+    return {"master": next(iter(masters)), "states": states}

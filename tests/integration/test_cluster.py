@@ -1,0 +1,153 @@
+"""Several real nodes on one machine: formation, failover, freezing, namespaces, bad frames."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import uuid
+
+import psutil
+import zmq
+
+from tests.integration.cluster import FAST, converged, node_args, state_of, wait_until
+from tests.integration.conftest import DEMO_DIR
+from tests.integration.serving import MODEL, http_json
+
+
+def start_cluster(nodes, n: int, namespace: str, **kw):
+    started = []
+    for i in range(n):
+        started.append(nodes(f"n{i}", config=FAST, args=node_args(namespace, started[:1]), **kw))
+    return started
+
+
+def node_ids(started) -> dict[str, object]:
+    return {http_json(f"{n.url}/node_id")[1]: n for n in started}
+
+
+def test_three_nodes_form_one_cluster_with_one_master(nodes):
+    t0 = time.monotonic()
+    cluster = start_cluster(nodes, 3, f"t-{uuid.uuid4().hex[:8]}")
+    got = wait_until(cluster[0], lambda: converged(cluster, 3, same_idx=True), 30, "formation")
+    print(f"3 nodes formed one cluster {time.monotonic() - t0:.2f}s after the first start "
+          f"(master {got['master']})")
+    ids = node_ids(cluster)
+    assert got["master"] in ids
+    for state in got["states"]:
+        assert set(state["nodeIdentities"]) == set(ids) == set(state["lastSeen"])
+        assert set(state["nodeMemory"]) == set(ids) and set(state["topology"]["nodes"]) == set(ids)
+        assert all(h["level"] in ("ok", "warn") for h in state["nodeHealth"].values())
+    for node in cluster:
+        diag = http_json(f"{node.url}/v1/diagnostics/node")[1]["runtime"]
+        assert diag["masterNodeId"] == got["master"]
+        assert diag["isMaster"] == (diag["nodeId"] == got["master"])
+    # Idle CPU of the whole 3-node cluster (every process of every node).
+    procs = [psutil.Process(p) for n in cluster for p in n.group_pids()]
+    for p in procs:
+        p.cpu_percent(None)
+    window = time.monotonic() + 5.0
+    wait_until(cluster[0], lambda: time.monotonic() >= window, 10, "a 5 s idle window")
+    total = sum(p.cpu_percent(None) for p in procs if p.is_running())
+    print(f"idle 3-node cluster: {len(procs)} processes use {total:.1f}% of one core in total")
+
+
+def test_master_kill_elects_a_new_master_and_keeps_instances(nodes, demo_model):
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    cluster = start_cluster(nodes, 3, namespace, models={DEMO_DIR: demo_model})
+    first = wait_until(cluster[0], lambda: converged(cluster, 3), 30, "formation")
+    ids = node_ids(cluster)
+    master_node = ids[first["master"]]
+    follower = next(n for n in cluster if n is not master_node)
+    # A command sent to a follower's API reaches the leader; keep the instance off the master.
+    status, body = http_json(f"{follower.url}/place_instance", {
+        "model_id": MODEL, "excluded_nodes": [first["master"]]})
+    assert status == 200, body
+    iid = body["instance_id"]
+    survivors = [n for n in cluster if n is not master_node]
+    wait_until(survivors[0], lambda: all(iid in (state_of(n) or {}).get("instances", {}) for n in cluster),
+               30, "instance replicated")
+    old_session_master = first["master"]
+    t_kill = time.monotonic()
+    master_node.kill_all()
+    got = wait_until(survivors[0], lambda: (c := converged(survivors, 2)) and
+                     c["master"] != old_session_master and c, 30, "new master")
+    took = time.monotonic() - t_kill
+    print(f"master SIGKILLed: survivors agreed on a new master {took:.2f}s later "
+          f"(peer timeout 3 s + election timeout 3 s)")
+    new_master = next(n for n in survivors if http_json(f"{n.url}/node_id")[1] == got["master"])
+    noticed = _log_time(new_master.home / "logs" / "gossip.log", "declared gone")
+    elected = _log_time(new_master.home / "logs" / "master.log", "elected leader")
+    print(f"  the new master noticed the loss and was elected {elected - noticed:.2f}s later")
+    assert 0 < elected - noticed <= 3.5
+    assert all(iid in s["instances"] for s in got["states"])
+    # The killed node, relaunched, rejoins with no manual step and sees the same state.
+    back = nodes("n0-again", config=FAST, args=node_args(namespace, survivors[:1]),
+                 models={DEMO_DIR: demo_model})
+    everyone = [*survivors, back]
+    final = wait_until(back, lambda: converged(everyone, 3, same_idx=True), 30, "rejoin")
+    assert final["master"] == got["master"] and iid in state_of(back)["instances"]
+
+
+def test_frozen_node_is_declared_gone_and_rejoins_after_sigcont(nodes):
+    cluster = start_cluster(nodes, 3, f"t-{uuid.uuid4().hex[:8]}")
+    first = wait_until(cluster[0], lambda: converged(cluster, 3), 30, "formation")
+    ids = node_ids(cluster)
+    frozen = next(n for i, n in ids.items() if i != first["master"])
+    others = [n for n in cluster if n is not frozen]
+    t0 = time.monotonic()
+    os.killpg(frozen.pid, signal.SIGSTOP)
+    try:
+        wait_until(others[0], lambda: converged(others, 2), 30, "frozen node declared gone")
+        print(f"SIGSTOPped node declared gone {time.monotonic() - t0:.2f}s after freezing")
+    finally:
+        os.killpg(frozen.pid, signal.SIGCONT)
+    t1 = time.monotonic()
+    wait_until(others[0], lambda: converged(cluster, 3), 30, "rejoin after SIGCONT")
+    print(f"after SIGCONT the node rejoined in {time.monotonic() - t1:.2f}s")
+    assert frozen.status()["gossip"].restarts == 0  # the node's own tree was not wrecked
+
+
+def test_a_node_of_another_namespace_never_joins(nodes):
+    cluster = start_cluster(nodes, 2, f"t-{uuid.uuid4().hex[:8]}")
+    wait_until(cluster[0], lambda: converged(cluster, 2), 30, "formation")
+    stranger = nodes("stranger", config=FAST, args=node_args(f"other-{uuid.uuid4().hex[:8]}", cluster))
+    # Watch 10 hello rounds of the stranger's own membership: it stays alone.
+    from tests.integration.harness import BusWatcher
+    from skulk.wire.cluster import Membership
+
+    watcher = BusWatcher(stranger, b"evt.cluster.")
+    try:
+        sizes = {len(m.members) for _t, m in watcher.messages(5.0) if isinstance(m, Membership)}
+    finally:
+        watcher.close()
+    assert sizes == {1}
+    assert len(state_of(stranger)["nodeIdentities"]) == 1
+    assert all(len(state_of(n)["nodeIdentities"]) == 2 for n in cluster)
+    assert "another namespace" in (cluster[0].home / "logs" / "gossip.log").read_text()
+
+
+def test_bad_frames_on_cluster_ports_are_rejected_and_logged(nodes):
+    node = nodes(config=FAST)
+    ctx = zmq.Context.instance()
+    for port in (node.cluster_port, node.cluster_port + 1):
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        for frame in (b"garbage", b"\x81\xa1t\xa3bad", b"\x00" * (2 * 1024 * 1024)):
+            dealer.send(frame)
+        dealer.close()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            raw.sendall(b"GET / HTTP/1.0\r\n\r\n" + os.urandom(4096))
+    reply = node.wait_ready(timeout=10)
+    assert all(c.restarts == 0 for c in reply.children)
+    logs = (node.home / "logs" / "gossip.log").read_text() + (node.home / "logs" / "master.log").read_text()
+    assert "rejected a bad frame" in logs
+
+
+def _log_time(path, needle: str) -> float:
+    """Seconds of the day of the last log line containing `needle`."""
+    line = [ln for ln in path.read_text().splitlines() if needle in ln][-1]
+    h, m, rest = line[1:13].split(":")
+    return int(h) * 3600 + int(m) * 60 + float(rest)

@@ -1,0 +1,108 @@
+"""Node-to-node messages: gossip hellos, membership, election, replication, forwarding.
+
+Cluster ports face the network: frames are size-capped and every decode error is logged and
+dropped. A hello from another namespace is refused (clusters never merge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from skulk.wire.commands import Command, Reply
+from skulk.wire.message import Message
+from skulk.wire.state import Event, IndexedEvent, NodeInfo, State
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerHello(Message):
+    """gossip -> gossip every 0.5 s: who I am, where to reach me, whom I know."""
+
+    TYPE: ClassVar[str] = "cluster.peer_hello"
+    namespace: str  # sha256 of the namespace, never the namespace itself
+    info: NodeInfo
+    gossip_port: int
+    master_port: int
+    known: tuple[str, ...] = ()  # "ip:port" of other gossip endpoints (transitive discovery)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member(Message):
+    TYPE: ClassVar[str] = "cluster.member"
+    info: NodeInfo
+    master_endpoint: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Membership(Message):
+    """gossip -> local bus: every live node (this one included), on change and every 0.5 s."""
+
+    TYPE: ClassVar[str] = "cluster.membership"
+    node_id: str
+    members: tuple[Member, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Campaign(Message):
+    TYPE: ClassVar[str] = "cluster.campaign"
+    node_id: str
+    clock: int
+    last_idx: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAnnounce(Message):
+    """The leader, every 0.5 s: its session, clock, seniority (largest cluster it has led)
+    and head index."""
+
+    TYPE: ClassVar[str] = "cluster.leader_announce"
+    node_id: str
+    session: str
+    clock: int
+    seniority: int
+    head: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventBatch(Message):
+    TYPE: ClassVar[str] = "cluster.event_batch"
+    session: str
+    events: tuple[IndexedEvent, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayRequest(Message):
+    """A follower missing events (`since` = its last index; -1 or another session: snapshot)."""
+
+    TYPE: ClassVar[str] = "cluster.replay_request"
+    node_id: str
+    session: str
+    since: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotPush(Message):
+    TYPE: ClassVar[str] = "cluster.snapshot_push"
+    state: State
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalEvent(Message):
+    """A follower's own fact (a runner's status) for the leader to index."""
+
+    TYPE: ClassVar[str] = "cluster.local_event"
+    node_id: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardCommand(Message):
+    TYPE: ClassVar[str] = "cluster.forward_command"
+    node_id: str
+    command: Command
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardedReply(Message):
+    TYPE: ClassVar[str] = "cluster.forwarded_reply"
+    reply: Reply
