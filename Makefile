@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 SKULK_HOME ?= $(HOME)/.skulk
 API_PORT ?= 52415
 CLUSTER_PORT ?= 52416
-LISTEN ?= 127.0.0.1  # a demo node on this machine only; LISTEN=0.0.0.0 to join a LAN cluster
+# A demo node on this machine only; LISTEN=0.0.0.0 to be reachable (and discoverable) on a LAN.
+LISTEN ?= 127.0.0.1
 
 .PHONY: run test setup sysdeps unit integration clean
 

@@ -1,0 +1,105 @@
+"""Election and peer table (pure, explicit `now`)."""
+
+from __future__ import annotations
+
+from skulk.services.gossip.peers import PeerTable, pick_address
+from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
+from skulk.services.master.replication import SessionLog, seed
+from skulk.wire.cluster import Campaign, LeaderAnnounce, PeerHello
+from skulk.wire.state import IndexedEvent, NodeInfo, State, TaskDeleted
+
+
+def announce(node: str, seniority: int, clock: int = 1) -> LeaderAnnounce:
+    return LeaderAnnounce(node_id=node, session=f"{clock}-{node}", clock=clock, seniority=seniority, head=0)
+
+
+def test_a_lone_node_leads_its_own_session_at_once():
+    e = Election("a")
+    assert e.boot(0.0) == [BecomeLeader("1-a")] and e.is_leader
+
+
+def test_meeting_leaders_converge_on_the_higher_key():
+    a, b = Election("a"), Election("b")
+    a.boot(0.0)
+    b.boot(0.0)
+    assert a.on_announce(b.announce(0), 0.5) == [Follow("b", "1-b")]
+    assert b.on_announce(a.announce(0), 0.5) == []  # b outranks a (same seniority/clock, larger id)
+    assert a.leader == b.leader == "b"
+
+
+def test_an_established_leader_is_not_deposed_by_a_late_joiner():
+    c = Election("c")
+    c.boot(0.0)
+    c.on_membership(frozenset({"c", "a", "b"}), 1.0, 5)
+    assert c.seniority == 3
+    z = Election("z")  # larger id, but a lone newcomer
+    z.boot(2.0)
+    assert c.on_announce(z.announce(0), 2.1) == []
+    assert z.on_announce(c.announce(5), 2.1) == [Follow("c", "1-c")]
+
+
+def test_leader_loss_starts_a_campaign_that_elects_the_most_informed_after_the_timeout():
+    e = Election("a", timeout_s=3.0)
+    e.on_membership(frozenset({"a", "b", "c"}), 0.0, 0)
+    e.on_announce(announce("c", 3), 0.0)
+    actions = e.on_membership(frozenset({"a", "b"}), 1.0, last_idx=7)
+    assert actions == [Broadcast(Campaign(node_id="a", clock=2, last_idx=7))]
+    e.on_campaign(Campaign(node_id="b", clock=2, last_idx=9), 1.1, 7)
+    assert e.tick(3.9, 7) == []  # window still open
+    assert e.tick(4.0, 7) == [] and e.leader == "b" and not e.is_leader
+    # b wins in its own round and announces; a follows its new session.
+    assert e.on_announce(announce("b", 2, clock=2), 4.1) == [Follow("b", "2-b")]
+
+
+def test_the_campaign_winner_is_self_when_it_knows_most():
+    e = Election("b", timeout_s=3.0)
+    e.on_membership(frozenset({"a", "b"}), 0.0, 0)
+    e.start(0.0, last_idx=9)
+    e.on_campaign(Campaign(node_id="a", clock=1, last_idx=3), 0.5, 9)
+    assert e.tick(3.0, 9) == [BecomeLeader("1-b")] and e.is_leader and e.seniority == 2
+
+
+def test_a_silent_expected_leader_triggers_a_new_campaign():
+    e = Election("a", timeout_s=3.0)
+    e.on_announce(announce("b", 2), 0.0)
+    assert e.tick(2.9, 0) == []
+    assert isinstance(e.tick(3.1, 0)[0], Broadcast) and e.leader is None
+
+
+def test_campaigns_are_ignored_while_a_live_leader_exists():
+    e = Election("a")
+    e.on_announce(announce("b", 2), 0.0)
+    assert e.on_campaign(Campaign(node_id="z", clock=9, last_idx=0), 1.0, 0) == []
+
+
+def hello(node: str, port: int) -> PeerHello:
+    info = NodeInfo(node_id=node, friendly_name=node, skulk_version="t", ram_total=1, ram_available=1,
+                    when=0.0, addresses=("10.0.0.5", "127.0.0.1"))
+    return PeerHello(namespace="ns", info=info, gossip_port=port, master_port=port + 1)
+
+
+def test_peer_table_joins_and_expires_by_liveness():
+    t = PeerTable("me", timeout_s=3.0)
+    assert t.heard(hello("p", 7000), "10.0.0.5", 0.0) is True
+    assert t.heard(hello("p", 7000), "10.0.0.5", 2.0) is False
+    assert t.heard(hello("me", 1), "x", 0.0) is False
+    assert t.expire(4.9) == [] and t.endpoints() == {"10.0.0.5:7000"}
+    assert t.expire(5.1) == ["p"] and t.peers == {}
+
+
+def test_peers_are_dialled_by_advertised_address_never_by_name():
+    assert pick_address(("10.0.0.5", "192.168.1.2"), "192.168.1.2") == "192.168.1.2"
+    assert pick_address(("10.0.0.5",), "studio.local") == "10.0.0.5"
+
+
+def test_session_log_replays_or_asks_for_a_snapshot_and_seed_keeps_instances():
+    log = SessionLog("s")
+    for i in range(5):
+        log.append(IndexedEvent(idx=i, session="s", event=TaskDeleted(task_id=str(i))))
+    assert [e.idx for e in log.since(2)] == [3, 4]
+    assert log.since(4) == []
+    log.events.popleft()
+    assert log.since(-1) is None
+    old = State(session="old", master_node_id="x", last_event_applied_idx=41)
+    new = seed(old, "2-a", "a")
+    assert (new.session, new.master_node_id, new.last_event_applied_idx, new.tasks) == ("2-a", "a", -1, {})
