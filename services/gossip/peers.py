@@ -46,3 +46,18 @@ def pick_address(advertised: tuple[str, ...], dialled_host: str | None) -> str |
     if dialled_host and dialled_host in advertised:
         return dialled_host
     return advertised[0] if advertised else dialled_host
+
+
+def announcement(ns_hash: str, node_id: str, gossip_port: int) -> bytes:
+    """The LAN discovery datagram: `skulk1 <namespace hash> <node id> <gossip port>`."""
+    return f"skulk1 {ns_hash} {node_id} {gossip_port}".encode()
+
+
+def parse_announcement(data: bytes, ns_hash: str, self_id: str) -> int | None:
+    """The sender's gossip port, or None for garbage, another namespace, or ourselves."""
+    parts = data.decode(errors="replace").split()
+    if len(parts) != 4 or parts[0] != "skulk1" or parts[1] != ns_hash or parts[2] == self_id:
+        return None
+    if not parts[3].isdigit() or not 0 < int(parts[3]) < 65536:
+        return None
+    return int(parts[3])

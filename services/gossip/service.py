@@ -19,7 +19,7 @@ import psutil
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.gossip.peers import PeerTable, pick_address
+from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
 from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import WireError
 from skulk.wire.sockets import make_socket, recv_routed, send
@@ -147,7 +147,7 @@ class Gossip:
             return None
 
     def announce(self, udp: socket.socket) -> None:
-        payload = f"skulk1 {self.ns_hash} {self.ns.node_id} {self.ns.port}".encode()
+        payload = announcement(self.ns_hash, self.ns.node_id, self.ns.port)
         try:
             udp.sendto(payload, ("255.255.255.255", self.ns.discovery_port))
         except OSError:
@@ -159,11 +159,9 @@ class Gossip:
                 data, (host, _port) = udp.recvfrom(512)
             except (BlockingIOError, OSError):
                 return
-            parts = data.decode(errors="replace").split()
-            if len(parts) != 4 or parts[0] != "skulk1" or parts[1] != self.ns_hash or parts[2] == self.ns.node_id:
-                continue
-            if parts[3].isdigit():
-                self.learn(f"{host}:{int(parts[3])}")
+            port = parse_announcement(data, self.ns_hash, self.ns.node_id)
+            if port is not None:
+                self.learn(f"{host}:{port}")
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skulk.services.gossip.peers import PeerTable, pick_address
+from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.replication import SessionLog, seed
 from skulk.wire.cluster import Campaign, LeaderAnnounce, PeerHello
@@ -103,3 +103,12 @@ def test_session_log_replays_or_asks_for_a_snapshot_and_seed_keeps_instances():
     old = State(session="old", master_node_id="x", last_event_applied_idx=41)
     new = seed(old, "2-a", "a")
     assert (new.session, new.master_node_id, new.last_event_applied_idx, new.tasks) == ("2-a", "a", -1, {})
+
+
+def test_lan_announcements_round_trip_and_refuse_strangers():
+    data = announcement("h1", "node-a", 52416)
+    assert parse_announcement(data, "h1", "node-b") == 52416
+    assert parse_announcement(data, "other-namespace", "node-b") is None
+    assert parse_announcement(data, "h1", "node-a") is None  # our own broadcast
+    for junk in (b"", b"\xff\xfe", b"skulk1 h1 x notaport", b"skulk1 h1 x 70000", b"http/1.1 200"):
+        assert parse_announcement(junk, "h1", "node-b") is None
