@@ -118,7 +118,9 @@ class NodeLoop:
     def _timeout_ms(self) -> int:
         times = [t for t in (self.root.next_deadline(),
                              *(w.deadline for w in self.waiters)) if t is not None]
-        wait = min([MAX_POLL_S, *(t - time.monotonic() for t in times)])
+        # Never sleep longer than one heartbeat: a freeze of this process (SIGSTOP, suspend)
+        # then always shows up as an oversleep, even when it happened inside the poll.
+        wait = min([MAX_POLL_S, self.cfg.heartbeat_s, *(t - time.monotonic() for t in times)])
         return max(0, int(wait * 1000) + 1)
 
     def _signals(self, wake_r: socket.socket, now: float) -> None:

@@ -85,3 +85,16 @@ class Failed(Message):
     request_id: str
     error: str
     retryable: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankControl(Message):
+    """Rank 0 -> the other ranks of a sharded instance (PUB/SUB over TCP): every rank must run
+    the same generate loop, so rank 0 says when a generation starts (prompt ids, params, the
+    seed it chose), before each decode step, and when it stops."""
+
+    TYPE: ClassVar[str] = "inference.rank_control"
+    request_id: str
+    action: str  # "start" | "step" | "stop"
+    prompt: tuple[int, ...] = ()
+    params: TaskParams | None = None

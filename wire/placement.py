@@ -1,16 +1,22 @@
 """Where an instance goes (pure), with upstream's per-node memory arithmetic and messages.
 
-Shared by the master (authoritative) and the API (previews, dry-run). Today the candidates
-are the nodes in state taken one at a time (a ring of one); rings of several nodes come with
-sharded placement.
+Shared by the master (authoritative) and the API (previews). Candidates are rings of at least
+`min_nodes` nodes (every pair of live nodes is connected through gossip, so any set of nodes
+is a ring; ranks follow the sorted node order); memory is checked per node, never summed:
+Tensor splits weights evenly, Pipeline splits layers in proportion to each node's usable
+memory; every node must hold its share times the runtime overhead plus the KV reserve plus
+headroom, so a model equal to free memory is refused. The smallest fitting ring wins.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from skulk.wire.commands import PlaceInstance
+from skulk.wire.models import ModelCard
 from skulk.wire.state import Instance, NodeInfo, ShardMeta, State
 
 GIB = 1024 ** 3
@@ -19,6 +25,7 @@ OVERHEAD = 1.30
 KV_TOKENS = 8192
 HEADROOM = 256 * MIB
 USABLE_FRACTION = 0.75
+RING_PORTS = (49153, 65000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,60 +46,130 @@ def required(share: int, storage: int, kv: int) -> int:
     return int(share * OVERHEAD + (share * kv / storage if storage else 0) + HEADROOM)
 
 
+def layer_split(n_layers: int, weights: list[int]) -> list[int]:
+    """Layers per node in proportion to `weights` (largest remainder, at least 1 each)."""
+    total = sum(weights) or 1
+    exact = [n_layers * w / total for w in weights]
+    split = [max(1, int(e)) for e in exact]
+    while sum(split) > n_layers:
+        i = max((i for i in range(len(split)) if split[i] > 1), key=lambda i: split[i] - exact[i])
+        split[i] -= 1
+    while sum(split) < n_layers:
+        split[max(range(len(split)), key=lambda i: exact[i] - split[i])] += 1
+    return split
+
+
+def _shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> list[int]:
+    if sharding == "Tensor":
+        return [card.storage_size_bytes // len(ring)] * len(ring)
+    room = [usable(state.nodes[n]) for n in ring]
+    total = sum(room) or 1
+    return [int(card.storage_size_bytes * r / total) for r in room]
+
+
+def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> str | None:
+    kv = kv_bytes(card.n_layers, card.num_key_value_heads)
+    for node_id, share in zip(ring, _shares(card, ring, state, sharding)):
+        node = state.nodes[node_id]
+        need, can = required(share, card.storage_size_bytes, kv), usable(node)
+        if need > can:
+            kv_share = kv * share / card.storage_size_bytes if card.storage_size_bytes else 0
+            return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "
+                    f"needs ~{need / GIB:.1f}GB ({share / GIB:.1f}GB weights + {kv_share / GIB:.1f}GB "
+                    f"KV@{KV_TOKENS}tok + runtime headroom) but can use {can / GIB:.1f}GB "
+                    "(min of available and 75% of RAM)")
+    return None
+
+
+def ring_port(instance_id: str, rank: int) -> int:
+    digest = int(hashlib.sha256(f"{instance_id}:{rank}".encode()).hexdigest(), 16)
+    lo, hi = RING_PORTS
+    return lo + digest % (hi - lo)
+
+
 def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instance | PlacementError:
     card = cmd.card
     if cmd.sharding not in ("Pipeline", "Tensor"):
         return PlacementError(400, f"Unknown sharding {cmd.sharding!r} (Pipeline or Tensor)")
     if cmd.instance_meta not in ("MlxRing", "MlxJaccl"):
         return PlacementError(400, f"Unknown instance_meta {cmd.instance_meta!r} (MlxRing or MlxJaccl)")
-    if cmd.instance_meta == "MlxJaccl":
-        return PlacementError(400, "Requested RDMA (MlxJaccl) but no RDMA-connected cycles available")
-    nodes = sorted(state.nodes)
     if cmd.min_nodes < 1:
         return PlacementError(400, "min_nodes must be at least 1")
+    nodes = sorted(state.nodes)
     if len(nodes) < cmd.min_nodes:
         return PlacementError(400, f"The topology has only {len(nodes)} node(s); a placement with "
                                    f"min_nodes={cmd.min_nodes} is impossible")
-    candidates = [n for n in nodes if n not in set(cmd.excluded_nodes)]
-    if not candidates:
+    excluded = set(cmd.excluded_nodes) & set(nodes)
+    rings = [r for k in range(cmd.min_nodes, len(nodes) + 1) for r in itertools.combinations(nodes, k)]
+    rings = [r for r in rings if not excluded & set(r)]
+    if not rings:
         return PlacementError(400, f"All cycles of at least {cmd.min_nodes} node(s) touch an excluded "
-                                   f"node ({len(set(cmd.excluded_nodes) & set(nodes))} node(s) excluded). "
-                                   "Check the excluded_nodes list — node IDs change when a cluster "
-                                   "session restarts.")
-    kv = kv_bytes(card.n_layers, card.num_key_value_heads)
-    reasons = []
-    fitting = []
-    for node_id in candidates:
-        node = state.nodes[node_id]
-        need, can = required(card.storage_size_bytes, card.storage_size_bytes, kv), usable(node)
-        if need > can:
-            reasons.append(f"cycle [{node_id}] ({cmd.sharding} sharding): node {node.friendly_name} "
-                           f"needs ~{need / GIB:.1f}GB ({card.storage_size_bytes / GIB:.1f}GB weights + "
-                           f"{kv / GIB:.1f}GB KV@{KV_TOKENS}tok + runtime headroom) but can use "
-                           f"{can / GIB:.1f}GB (min of available and 75% of RAM)")
-        else:
-            fitting.append(node_id)
+                                   f"node ({len(excluded)} node(s) excluded). Check the excluded_nodes "
+                                   "list — node IDs change when a cluster session restarts.")
+    misfits, fitting = [], []
+    for ring in rings:
+        why = _misfit(card, ring, state, cmd.sharding)
+        (misfits if why else fitting).append(why or ring)
     if not fitting:
         return PlacementError(400, f"No candidate cycle fits {card.model_id} "
-                                   f"({card.storage_size_bytes / GIB:.1f}GB of weights): " + "; ".join(reasons))
-    if cmd.sharding == "Tensor" and not card.supports_tensor:
-        return PlacementError(400, "Requested Tensor sharding but this model does not support "
-                                   f"tensor parallelism: {card.model_id}")
-    node_id = max(fitting, key=lambda n: (usable(state.nodes[n]), n))
-    runner_id = f"runner-{new_id()[:12]}"
-    shard = ShardMeta(kind="Pipeline", device_rank=0, world_size=1, start_layer=0,
-                      end_layer=card.n_layers, n_layers=card.n_layers)  # width 1 is always Pipeline
-    return Instance(instance_id=new_id(), instance_meta="MlxRing", card=card,
-                    runner_to_shard={runner_id: shard}, node_to_runner={node_id: runner_id},
-                    context_token_limit=context_limit(state.nodes[node_id], card.storage_size_bytes,
-                                                      card.n_layers, card.num_key_value_heads,
-                                                      card.context_length))
+                                   f"({card.storage_size_bytes / GIB:.1f}GB of weights): " + "; ".join(misfits[:3]))
+    sharding = cmd.sharding
+    if sharding == "Tensor":
+        if not card.supports_tensor:
+            return PlacementError(400, "Requested Tensor sharding but this model does not support "
+                                       f"tensor parallelism: {card.model_id}")
+        kv = card.num_key_value_heads or 0
+        divisible = [r for r in fitting if len(r) == 1 or (card.hidden_size % len(r) == 0
+                                                            and kv and kv % len(r) == 0)]
+        if not divisible:
+            return PlacementError(400, f"No tensor sharding found for model with hidden_size="
+                                       f"{card.hidden_size}, num_key_value_heads={kv} across candidate cycles")
+        fitting = divisible
+    if cmd.instance_meta == "MlxJaccl":
+        return PlacementError(400, "Requested RDMA (MlxJaccl) but no RDMA-connected cycles available")
+    smallest = min(len(r) for r in fitting)
+    ring = max((r for r in fitting if len(r) == smallest),
+               key=lambda r: (sum(usable(state.nodes[n]) for n in r), r))
+    if len(ring) == 1:
+        sharding = "Pipeline"  # width 1 is always Pipeline
+    if sharding == "Pipeline" and card.n_layers < len(ring):
+        return PlacementError(400, f"{card.model_id} has {card.n_layers} layers, fewer than the "
+                                   f"{len(ring)} nodes of the ring")
+    return _instance(state, card, ring, sharding, new_id)
 
 
-def context_limit(node: NodeInfo, storage: int, n_layers: int, kv_heads: int | None,
+def _instance(state: State, card: ModelCard, ring: tuple[str, ...], sharding: str,
+              new_id: Callable[[], str]) -> Instance:
+    instance_id = new_id()
+    n = len(ring)
+    split = (layer_split(card.n_layers, [usable(state.nodes[x]) for x in ring])
+             if sharding == "Pipeline" else [card.n_layers] * n)
+    runner_to_shard, node_to_runner, hosts = {}, {}, []
+    for rank, node_id in enumerate(ring):
+        runner_id = f"runner-{new_id()[-12:]}"
+        if sharding == "Pipeline":  # mlx-lm: rank r runs the layers after ranks r+1 .. n-1
+            start = sum(split[rank + 1:])
+            end = start + split[rank]
+        else:
+            start, end = 0, card.n_layers
+        runner_to_shard[runner_id] = ShardMeta(kind=sharding, device_rank=rank, world_size=n,
+                                               start_layer=start, end_layer=end, n_layers=card.n_layers)
+        node_to_runner[node_id] = runner_id
+        address = (state.nodes[node_id].addresses or ("127.0.0.1",))[0]
+        hosts.append(f"{address}:{ring_port(instance_id, rank)}")
+    limit = min(context_limit(state.nodes[x], card.storage_size_bytes * (end_ - start_) // card.n_layers
+                              if sharding == "Pipeline" else card.storage_size_bytes // n,
+                              card.n_layers, card.num_key_value_heads, card.context_length)
+                for x, (start_, end_) in zip(ring, [(s.start_layer, s.end_layer) for s in runner_to_shard.values()]))
+    return Instance(instance_id=instance_id, instance_meta="MlxRing", card=card,
+                    runner_to_shard=runner_to_shard, node_to_runner=node_to_runner,
+                    context_token_limit=limit, ring_hosts=tuple(hosts) if n > 1 else ())
+
+
+def context_limit(node: NodeInfo, weights: int, n_layers: int, kv_heads: int | None,
                   card_context: int) -> int:
-    """Tokens of KV cache that fit next to the weights, capped by the model's own context."""
+    """Tokens of KV cache that fit next to this node's weights, capped by the model's context."""
     per_token = kv_bytes(n_layers, kv_heads, 1)
-    room = USABLE_FRACTION * node.ram_total - storage * OVERHEAD - HEADROOM
+    room = USABLE_FRACTION * node.ram_total - weights * OVERHEAD - HEADROOM
     fit = int(room / per_token) if per_token else card_context
     return max(0, min(fit, card_context)) if card_context else max(0, fit)

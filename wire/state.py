@@ -40,6 +40,7 @@ class Instance(Message):
     runner_to_shard: dict[str, ShardMeta]
     node_to_runner: dict[str, str]
     context_token_limit: int
+    ring_hosts: tuple[str, ...] = ()  # "ip:port" per rank: the mx.distributed ring hostfile
 
     @property
     def model_id(self) -> str:

@@ -42,7 +42,7 @@ def create_app(home: Path, run_dir: Path, node_id: str) -> falcon.App:
     app.add_route("/v1/models", ModelsResource(models))
     app.add_route("/models", ModelsResource(models))
     app.add_route("/v1/chat/completions", ChatResource(gateway, replica, node_id))
-    app.add_route("/place_instance", PlaceResource(gateway, models))
+    app.add_route("/place_instance", PlaceResource(gateway, replica, models))
     app.add_route("/instance/previews", PreviewsResource(replica, models))
     app.add_route("/instance/{instance_id}", InstanceResource(gateway, replica))
     return app

@@ -32,6 +32,7 @@ SLICE_S = 0.1
 KEEPALIVE_S = 10.0
 STALL_S = 120.0
 FIRST_TOKEN_S = 600.0
+EXPLAIN_S = 0.3
 
 
 class MasterUnavailable(RuntimeError):
@@ -94,22 +95,26 @@ class Gateway:
         last_msg = last_out = now
         first_by = now + FIRST_TOKEN_S
         got_token = False
+        next_check = now + SLICE_S
         while True:
             if sock.poll(int(SLICE_S * 1000), zmq.POLLIN):
                 try:
                     msg = recv(sock, flags=zmq.NOBLOCK)
                 except (zmq.Again, WireError):
                     continue
-                if getattr(msg, "request_id", None) != request_id:
-                    continue  # a leftover of an earlier request on this thread's socket
-                last_msg = last_out = time.monotonic()
-                if isinstance(msg, TokenChunk):
-                    got_token = True
-                yield msg
-                if isinstance(msg, (Done, Failed)):
-                    return
-                continue
+                if getattr(msg, "request_id", None) == request_id:  # else: an earlier request's leftover
+                    last_msg = last_out = time.monotonic()
+                    if isinstance(msg, TokenChunk):
+                        got_token = True
+                    if isinstance(msg, Failed):
+                        msg = self._explain(msg, instance_id, runner_id, endpoint)
+                    yield msg
+                    if isinstance(msg, (Done, Failed)):
+                        return
             now = time.monotonic()
+            if now < next_check:
+                continue
+            next_check = now + SLICE_S  # the state is consulted every slice, busy or not
             lost = self._lost(instance_id, runner_id, endpoint)
             if lost:
                 yield Failed(request_id=request_id, error=lost)
@@ -125,6 +130,20 @@ class Gateway:
                 last_out = now
                 yield KeepAlive()
 
+    def _explain(self, failed: Failed, instance_id: str, runner_id: str, endpoint: str) -> Failed:
+        """A runner's own error is often a symptom (a peer rank was stopped because the instance
+        was deleted): give the state up to EXPLAIN_S to catch up and prefer its cause."""
+        deadline = time.monotonic() + EXPLAIN_S
+        while True:
+            lost = self._lost(instance_id, runner_id, endpoint)
+            if lost:
+                return Failed(request_id=failed.request_id, error=lost, retryable=failed.retryable)
+            left = deadline - time.monotonic()
+            state = self.replica.get(timeout=0)
+            if left <= 0 or state is None:
+                return failed
+            self.replica.wait_change(state.last_event_applied_idx, left)
+
     def _lost(self, instance_id: str, runner_id: str, endpoint: str) -> str:
         """Why this stream can no longer complete, or "" while its runner still serves it.
 
@@ -134,15 +153,17 @@ class Gateway:
         state = self.replica.get(timeout=0)
         if state is None:
             return ""
-        if instance_id not in state.instances:
+        inst = state.instances.get(instance_id)
+        if inst is None:
             return INSTANCE_DELETED
-        status = state.runners.get(runner_id)
-        if status is None:
-            return RUNNER_LOST.format(detail="no status")
-        if status.kind == "RunnerFailed":
-            return RUNNER_LOST.format(detail=status.error_message or "failed")
-        if status.kind not in SERVING_KINDS or status.endpoint != endpoint:
-            return RUNNER_LOST.format(detail=f"it restarted and is now {status.kind}")
+        for rid in inst.runner_to_shard:  # every rank must still serve: they run one loop
+            status = state.runners.get(rid)
+            if status is None:
+                return RUNNER_LOST.format(detail="no status")
+            if status.kind == "RunnerFailed":
+                return RUNNER_LOST.format(detail=status.error_message or "failed")
+            if status.kind not in SERVING_KINDS or (rid == runner_id and status.endpoint != endpoint):
+                return RUNNER_LOST.format(detail=f"it restarted and is now {status.kind}")
         return ""
 
 

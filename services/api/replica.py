@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 
 from skulk.wire import endpoints
+from skulk.wire.cluster import Membership
 from skulk.wire.commands import SnapshotRequest, StateSnapshot
 from skulk.wire.errors import WireError
 from skulk.wire.reducer import OutOfOrder, apply
@@ -37,6 +38,8 @@ class StateReplica:
         self._buffer: list[IndexedEvent] = []
         self._asked_at: float | None = None
         self._behind_since: float | None = None
+        self.members = 0  # live nodes per this node's gossip (may run ahead of the state)
+        self.started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="state-replica", daemon=True)
         self._thread.start()
 
@@ -70,7 +73,7 @@ class StateReplica:
     def _run(self) -> None:
         ctx: zmq.Context[Any] = zmq.Context.instance()
         sub = make_socket(ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(self.run_dir),
-                          subscribe=(b"evt.state.",))
+                          subscribe=(b"evt.state.", b"evt.cluster."))
         dealer = make_socket(ctx, zmq.DEALER, connect=endpoints.master_local(self.run_dir))
         poller = zmq.Poller()
         poller.register(sub, zmq.POLLIN)
@@ -112,6 +115,9 @@ class StateReplica:
         self._set(state)
 
     def _on_bus(self, msg: object) -> None:
+        if isinstance(msg, Membership):
+            self.members = len(msg.members)
+            return
         state = self._state
         if isinstance(msg, IndexedEvent):
             if state is None or self._asked_at is not None:

@@ -115,8 +115,11 @@ class Gossip:
             self.learned[endpoint] = time.monotonic() + LEARNED_TTL_S
 
     def expire(self) -> None:
-        for node_id in self.table.expire(time.monotonic()):
+        gone = self.table.expire(time.monotonic())
+        for node_id in gone:
             log.warning("gossip: node %s silent for %.1fs; declared gone", node_id, self.ns.peer_timeout)
+        if gone:
+            self.publish(self.info())  # tell the master now, not at the next hello
         now = time.monotonic()
         self.learned = {e: t for e, t in self.learned.items() if t > now}
         live = self.table.endpoints() | self.bootstrap | set(self.learned)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skulk.wire.models import dir_name
+from skulk.wire.placement import ring_port
 from skulk.wire.state import State
 
 
@@ -24,7 +25,13 @@ def plan(state: State, node_id: str, running: set[str], models_dir: Path, listen
         if rid is None:
             continue
         shard = inst.runner_to_shard[rid]
-        wanted[rid] = RunnerStart(rid, (
+        ranks = sorted(inst.runner_to_shard.values(), key=lambda m: m.device_rank)
+        control = f"{inst.ring_hosts[0].rsplit(':', 1)[0]}:{ring_port(inst.instance_id, -1)}" \
+            if inst.ring_hosts else ""
+        distributed = ("--sharding", shard.kind, "--hosts", ",".join(inst.ring_hosts),
+                       "--split", ",".join(str(m.end_layer - m.start_layer) for m in ranks),
+                       "--control", control) if shard.world_size > 1 else ()
+        wanted[rid] = RunnerStart(rid, (*distributed,
             "--runner-id", rid, "--instance-id", inst.instance_id, "--node-id", node_id,
             "--model-id", inst.model_id, "--model-dir", str(models_dir / dir_name(inst.model_id)),
             "--listen", listen, "--advertise", advertise,

@@ -47,6 +47,7 @@ REPLY_CACHE = 1024
 FORWARD_DEADLINE_S = 4.0
 MAX_PEER_FRAME = 64 * 1024 * 1024
 NODE_INFO_REFRESH_S = 10.0
+ANNOUNCE_INTERVAL_S = 0.5
 FAILED_EVENTS = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
 """Runner process ends: whatever the cause, that incarnation no longer serves."""
 
@@ -64,6 +65,7 @@ class Master:
         self.local_runners: dict[str, RunnerStatus] = {}
         self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
+        self.announce_due = 0.0
         run = loop.rt.args.run_dir
         self.local = make_socket(loop.ctx, zmq.ROUTER, bind=endpoints.master_local(run))
         self.cluster = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
@@ -78,6 +80,8 @@ class Master:
     def act(self, actions: list[Any]) -> None:
         for action in actions:
             if isinstance(action, Broadcast):
+                log.info("campaigning for leader (clock %d, %d member(s), last index %d)",
+                         action.msg.clock, len(self.members), action.msg.last_idx)
                 self.to_peers(action.msg)
             elif isinstance(action, BecomeLeader):
                 log.info("elected leader: session %s (%d member(s))", action.session, len(self.members))
@@ -365,8 +369,12 @@ class Master:
         now = time.monotonic()
         self.act(self.election.tick(now, self.state.last_event_applied_idx))
         if self.election.is_leader:
-            self.to_peers(self.election.announce(self.state.last_event_applied_idx))
-        elif self.election.session:  # resend until answered: the leader dedupes by command id
+            if now >= self.announce_due:
+                self.announce_due = now + ANNOUNCE_INTERVAL_S
+                self.to_peers(self.election.announce(self.state.last_event_applied_idx))
+        elif self.election.session and now >= self.announce_due:
+            # Resend pending commands at the announce pace until answered (the leader dedupes).
+            self.announce_due = now + ANNOUNCE_INTERVAL_S
             for command_id in list(self.pending):
                 self.forward(command_id)
         self.expire_pending()
@@ -394,6 +402,6 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     loop.add_reader(master.sub, master.on_bus)
     loop.add_reader(master.keeper.sup, master.keeper.on_reply)
     master.act(master.election.boot(time.monotonic()))
-    loop.every(0.5, master.tick)
+    loop.every(0.1, master.tick)
     loop.every(1.0, master.every_second)
     loop.every(1.0, master.keeper.ask, first_in=0.1)

@@ -8,8 +8,11 @@ docs/operations.md); the runner logs which path it took.
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,14 +115,65 @@ class Session:
                      peak_memory_bytes=int((getattr(resp, "peak_memory", 0.0) or 0.0) * 1e9))]
 
 
+GROUP_CONNECT_DEADLINE_S = float(os.environ.get("SKULK_GROUP_CONNECT_DEADLINE_SECONDS", "120"))
+
+
+@dataclass(frozen=True, slots=True)
+class Ring:
+    """This runner's place in an mx.distributed ring (from the placement)."""
+
+    rank: int
+    hosts: tuple[str, ...]
+    sharding: str  # "Pipeline" | "Tensor"
+    split: tuple[int, ...]  # layers per rank (Pipeline)
+    hostfile: Path
+
+
+def connect_group(ring: Ring) -> Any:
+    """`mx.distributed.init(backend="ring")` under SKULK_GROUP_CONNECT_DEADLINE_SECONDS.
+
+    The call blocks in C until every rank has connected; a watchdog thread is the only way
+    to bound it, and on overrun it logs a CRITICAL diagnosis and exits the process (the
+    supervisor then reports the runner failed).
+    """
+    import mlx.core as mx
+
+    ring.hostfile.write_text(json.dumps([[h] for h in ring.hosts]))
+    os.environ["MLX_HOSTFILE"] = str(ring.hostfile)
+    os.environ["MLX_RANK"] = str(ring.rank)
+
+    def overrun() -> None:
+        log.critical("rank %d could not form its mx.distributed ring with %s within %.0fs "
+                     "(SKULK_GROUP_CONNECT_DEADLINE_SECONDS): a peer rank is down or its port is "
+                     "unreachable or taken; check the peers' runner logs and firewalls",
+                     ring.rank, ", ".join(ring.hosts), GROUP_CONNECT_DEADLINE_S)
+        logging.shutdown()
+        os._exit(GROUP_CONNECT_EXIT)
+
+    timer = threading.Timer(GROUP_CONNECT_DEADLINE_S, overrun)
+    timer.daemon = True
+    timer.start()
+    try:
+        return mx.distributed.init(backend="ring", strict=True)
+    finally:
+        timer.cancel()
+
+
+GROUP_CONNECT_EXIT = 87
+
+
 class MlxEngine:
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, ring: Ring | None = None) -> None:
         self.model_dir = model_dir
+        self.ring = ring
         self.model: Any = None
         self.tokenizer: Any = None
         self.path = "unknown"
 
     def load(self) -> None:
+        if self.ring is not None and len(self.ring.hosts) > 1:
+            self._load_sharded(self.ring)
+            return
         import mlx.core as mx
         from mlx_lm import load
         from mlx_lm.utils import dequantize_model
@@ -134,6 +188,27 @@ class MlxEngine:
         else:
             self.path = f"{mx.default_device()}"
         mx.eval(model.parameters())
+        self.model, self.tokenizer = model, tokenizer
+
+    def _load_sharded(self, ring: Ring) -> None:
+        """mlx-lm's sharded load for a local directory, with the placement's layer split."""
+        import mlx.core as mx
+        from mlx_lm.utils import load_model, load_tokenizer
+
+        group = connect_group(ring)
+        model, config = load_model(self.model_dir, lazy=True, strict=False)
+        tokenizer = load_tokenizer(self.model_dir, {"trust_remote_code": True},
+                                   eos_token_ids=config.get("eos_token_id"))
+        if ring.sharding == "Tensor":
+            model.shard(group)
+        else:
+            model.model.pipeline(group, split=list(ring.split))
+        if mx.default_device() == mx.cpu:
+            model.set_dtype(mx.float32)
+        mx.eval(model.parameters())
+        mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))  # every rank loaded
+        self.path = f"{ring.sharding} rank {ring.rank}/{len(ring.hosts)} " + (
+            "cpu fp32" if mx.default_device() == mx.cpu else str(mx.default_device()))
         self.model, self.tokenizer = model, tokenizer
 
     def warmup(self) -> None:

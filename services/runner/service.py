@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 import time
 from collections import deque
 from dataclasses import replace
@@ -21,11 +22,11 @@ import zmq
 
 from skulk.services import faults
 from skulk.services.base import ServiceLoop
-from skulk.services.runner.engine import MlxEngine, Session
+from skulk.services.runner.engine import MlxEngine, Ring, Session
 from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
-from skulk.wire.inference import Cancel, Failed, Generate, Progress, Started
-from skulk.wire.sockets import RoutedDecodeError, make_socket, recv_routed, send_routed
+from skulk.wire.inference import Cancel, Failed, Generate, Progress, RankControl, Started
+from skulk.wire.sockets import RoutedDecodeError, make_socket, recv, recv_routed, send, send_routed
 from skulk.wire.state import RunnerStatus
 from skulk.wire.topics import EVT_RUNNER
 
@@ -41,7 +42,15 @@ class Runner:
         self.loop = loop
         self.ns = ns
         self.status = RunnerStatus(kind="RunnerIdle", node_id=ns.node_id)
-        self.engine = MlxEngine(Path(ns.model_dir))
+        hosts = tuple(h for h in ns.hosts.split(",") if h)
+        self.ring = Ring(rank=ns.rank, hosts=hosts, sharding=ns.sharding,
+                         split=tuple(int(x) for x in ns.split.split(",") if x),
+                         hostfile=loop.rt.args.run_dir / f"{ns.runner_id}.hosts.json") if len(hosts) > 1 else None
+        self.engine = MlxEngine(Path(ns.model_dir), self.ring)
+        self.control: zmq.Socket[Any] | None = None
+        if self.ring is not None and ns.rank == 0:
+            port = ns.control.rsplit(":", 1)[1]
+            self.control = make_socket(loop.ctx, zmq.PUB, hwm=100000, bind=f"tcp://{ns.listen}:{port}")
         self.router = make_socket(loop.ctx, zmq.ROUTER, bind=f"tcp://{ns.listen}:*")
         port = self.router.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
         self.endpoint = f"tcp://{ns.advertise}:{port}"
@@ -106,6 +115,7 @@ class Runner:
             log.info("request %s cancelled by its client", request_id)
             self.active[1].stream.close()
             self.active = None
+            self.tell_ranks(RankControl(request_id=request_id, action="stop"))
             return
         self.queue = deque((e, m) for e, m in self.queue if m.request_id != request_id)
 
@@ -121,6 +131,7 @@ class Runner:
         envelope, session = self.active
         if faults.ENABLED:
             faults.inject("runner", f"decode:{session.seq}")
+        self.tell_ranks(RankControl(request_id=session.request_id, action="step"))
         try:
             messages = session.step()
         except Exception as exc:  # an engine error ends this request, not the runner
@@ -135,7 +146,12 @@ class Runner:
                 break
         if session.done:
             self.active = None
+            self.tell_ranks(RankControl(request_id=session.request_id, action="stop"))
         return True
+
+    def tell_ranks(self, msg: RankControl) -> None:
+        if self.control is not None:
+            send(self.control, msg)
 
     def begin(self, envelope: list[bytes], msg: Generate) -> None:
         def on_prefill(done: int, total: int) -> None:
@@ -144,8 +160,14 @@ class Runner:
                                                         phase="prefill", processed=done, total=total))
 
         faults.inject("runner", "prefill")
+        params = msg.params
+        if self.control is not None and params.seed is None:  # every rank must sample alike
+            params = replace(params, seed=random.randrange(2 ** 31))
         try:
-            session = self.engine.start(msg.request_id, msg.params, on_prefill)
+            prompt = self.engine.prompt_ids(params)
+            self.tell_ranks(RankControl(request_id=msg.request_id, action="start",
+                                        prompt=tuple(prompt), params=params))
+            session = self.engine.start(msg.request_id, params, on_prefill, prompt=prompt)
         except Exception as exc:
             send_routed(self.router, envelope, Failed(request_id=msg.request_id,
                                                       error=f"{type(exc).__name__}: {exc}",
@@ -162,6 +184,39 @@ class Runner:
             send_routed(self.router, envelope, Progress(request_id=msg.request_id, phase="queued"))
 
 
+class Follower:
+    """A rank > 0 of a sharded instance: runs the generate loop rank 0 dictates, step by step."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        host, port = runner.ns.control.rsplit(":", 1)
+        self.sub = make_socket(runner.loop.ctx, zmq.SUB, hwm=100000, connect=f"tcp://{host}:{port}",
+                               subscribe=(b"",))
+        self.session: Session | None = None
+
+    def on_control(self, sock: zmq.Socket[Any]) -> None:
+        for _ in range(1000):
+            try:
+                msg = recv(sock, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if not isinstance(msg, RankControl):
+                continue
+            if msg.action == "start" and msg.params is not None:
+                self.session = self.runner.engine.start(msg.request_id, msg.params, lambda *_: None,
+                                                        prompt=list(msg.prompt))
+                self.runner.report(kind="RunnerRunning")
+            elif msg.action == "step" and self.session is not None:
+                self.session.step()
+                if self.session.done:
+                    self.session = None
+            elif msg.action == "stop":
+                if self.session is not None and not self.session.done:
+                    self.session.stream.close()
+                self.session = None
+                self.runner.report(kind="RunnerReady")
+
+
 def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
     p = argparse.ArgumentParser(prog="skulk.services.runner")
     for name in ("--runner-id", "--instance-id", "--node-id", "--model-id", "--model-dir"):
@@ -172,6 +227,10 @@ def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--start-layer", type=int, default=0)
     p.add_argument("--end-layer", type=int, default=0)
+    p.add_argument("--sharding", default="Pipeline")
+    p.add_argument("--hosts", default="")
+    p.add_argument("--split", default="")
+    p.add_argument("--control", default="")
     ns = p.parse_args(argv)
     runner = Runner(loop, ns, blas)
     try:
@@ -181,7 +240,11 @@ def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
         runner.report(kind="RunnerFailed", error_message=f"{type(exc).__name__}: {exc}")
         loop.rt.bus.close(linger=1000)  # let the failure report reach the bus before exit
         raise ValueError(f"load failed: {exc}") from exc
-    loop.add_reader(runner.router, runner.on_request)
-    loop.set_work(runner.step)
+    if runner.ring is not None and ns.rank > 0:
+        follower = Follower(runner)
+        loop.add_reader(follower.sub, follower.on_control)
+    else:
+        loop.add_reader(runner.router, runner.on_request)
+        loop.set_work(runner.step)
     loop.every(REPORT_INTERVAL_S, runner.report)
     loop.every(PROGRESS_INTERVAL_S, runner.keep_queue_alive)

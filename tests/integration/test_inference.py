@@ -136,7 +136,7 @@ def test_kill9_of_the_runner_mid_stream_ends_the_stream_with_an_error(serving):
     pid = serving.status()[serving.runner_id].pid
     conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)
     conn.request("POST", "/v1/chat/completions", json.dumps({
-        "model": MODEL, "max_tokens": 1900, "stream": True,
+        "model": MODEL, "max_tokens": 1900, "stream": True, "temperature": 0,  # greedy: no early EOS
         "messages": [{"role": "user", "content": PROMPT}]}), {"Content-Type": "application/json"})
     frames = []
     killed_at = None

@@ -6,16 +6,18 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import falcon
 
-from skulk.services.api.gateway import Gateway
+from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.common import command, http_error, json_body, state_or_503
 from skulk.services.api.state_json import card_json, instance_json, model_entry, state_json
-from skulk.wire.commands import DeleteInstance, PlaceInstance
+from skulk.wire.commands import CommandRejected, DeleteInstance, PlaceInstance, Reply
 from skulk.wire.models import ModelCard, ModelDirError, card_from_dir, dir_name, scan
 from skulk.wire.placement import PlacementError, place
 
@@ -89,8 +91,9 @@ def load_card(models_dir: Path, model_id: object) -> ModelCard:
 
 
 class PlaceResource:
-    def __init__(self, gateway: Gateway, models_dir: Path) -> None:
+    def __init__(self, gateway: Gateway, replica: StateReplica, models_dir: Path) -> None:
         self.gateway = gateway
+        self.replica = replica
         self.models_dir = models_dir
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -108,9 +111,44 @@ class PlaceResource:
                             sharding=str(body.get("sharding", "Pipeline")),
                             instance_meta=str(body.get("instance_meta", "MlxRing")),
                             min_nodes=min_nodes, excluded_nodes=tuple(excluded))
-        reply = command(self.gateway, cmd)
+        reply = self._place(cmd)
         resp.media = {"message": "Command received.", "command_id": cmd.command_id,
                       "model_card": card_json(card), "instance_id": getattr(reply, "instance_id", "")}
+
+    def _place(self, cmd: PlaceInstance) -> Reply:
+        """Right after formation the state may not list every node yet: that is info-pending
+        (wait up to 15 s for the state to catch up, then 503), never a false 400."""
+        deadline = time.monotonic() + INFO_PENDING_S
+        attempt = 0
+        while True:
+            try:
+                reply = self.gateway.command(replace(cmd, command_id=f"{cmd.command_id}-{attempt}"))
+            except MasterUnavailable as exc:
+                raise http_error(503, str(exc)) from None
+            attempt += 1
+            pending = (isinstance(reply, CommandRejected) and reply.status == 400
+                       and reply.message.startswith("The topology has only") and self._forming(cmd))
+            if not pending:
+                if isinstance(reply, CommandRejected):
+                    raise http_error(reply.status, reply.message)
+                return reply
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise http_error(503, f"{reply.message}; node info is still being gathered (the "
+                                      f"cluster may be forming), retry shortly (waited {INFO_PENDING_S:.0f}s)")
+            state = self.replica.get(timeout=0)
+            self.replica.wait_change(state.last_event_applied_idx if state else -1, min(left, 1.0))
+
+    def _forming(self, cmd: PlaceInstance) -> bool:
+        state = self.replica.get(timeout=0)
+        known = len(state.nodes) if state else 0
+        young = time.monotonic() - self.replica.started < FORMING_S
+        return self.replica.members > known or (young and cmd.min_nodes > known)
+
+
+INFO_PENDING_S = 15.0
+FORMING_S = 15.0
+"""A node this young may not have met its peers yet: a too-small topology is info-pending."""
 
 
 class PreviewsResource:

@@ -1,0 +1,107 @@
+"""Benchmark: time from `POST /place_instance` to ready, and decode tok/s, for the demo model
+placed on 1 node, Pipeline across 2 nodes and Tensor across 2 nodes (real nodes on this
+machine, loopback).
+
+    python -m skulk.scripts.bench_placement [--tokens 256] [--runs 3]
+
+On one machine the ranks share its cores, so sharding is not expected to be faster here
+(see docs); the figures show the cost of the ring against one node in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from skulk.scripts.bench_decode import api_rate, free_port
+
+MODEL = "skulk/demo-tiny"
+
+
+def request(url: str, body: dict | None = None, method: str | None = None) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def wait_ready(url: str, instance_id: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = request(f"{url}/state")
+        inst = state["instances"].get(instance_id)
+        if inst:
+            rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
+            if all("RunnerReady" in state["runners"].get(r, {}) for r in rids):
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"{instance_id} not ready after {timeout}s")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--runs", type=int, default=3)
+    ns = p.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="skulk-bench-place-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        from skulk.scripts.demo_model import build
+
+        model_dir = build(root / "shared")
+        nodes = []
+        for i in range(2):
+            home = root / f"n{i}"
+            (home / "models").mkdir(parents=True)
+            (home / "models" / model_dir.name).symlink_to(model_dir)
+            api, cluster = free_port(), free_port()
+            args = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(home), "--api-port",
+                    str(api), "--cluster-port", str(cluster), "--listen", "127.0.0.1", "--namespace", "bench"]
+            if nodes:
+                args += ["--bootstrap-peers", f"127.0.0.1:{nodes[0][1]}"]
+            procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+            nodes.append((f"http://127.0.0.1:{api}", cluster, api))
+        url, _, port = nodes[0]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if len(request(f"{url}/state")["nodeIdentities"]) == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        print(f"model {MODEL}, {ns.tokens} tokens, median of {ns.runs} runs, 2 nodes on one machine")
+        for label, body in (("1 node", {}), ("Pipeline x2", {"min_nodes": 2, "sharding": "Pipeline"}),
+                            ("Tensor x2", {"min_nodes": 2, "sharding": "Tensor"})):
+            t0 = time.monotonic()
+            iid = request(f"{url}/place_instance", {"model_id": MODEL, **body})["instance_id"]
+            wait_ready(url, iid)
+            ready = time.monotonic() - t0
+            api_rate(port, MODEL, 8)
+            rate = statistics.median(api_rate(port, MODEL, ns.tokens)[0] for _ in range(ns.runs))
+            print(f"  {label:12s}: place -> ready {ready:6.2f}s   decode {rate:7.1f} tok/s")
+            request(f"{url}/instance/{iid}", method="DELETE")
+        return 0
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

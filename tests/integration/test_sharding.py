@@ -1,0 +1,160 @@
+"""Placement across 2 real nodes and sharded instances on mx.distributed's ring backend."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+import uuid
+
+import pytest
+
+from tests.integration.cluster import FAST, converged, node_args, state_of, wait_until
+from tests.integration.conftest import DEMO_DIR
+from tests.integration.serving import MODEL, http_json, sse_events
+
+PROMPTS = ["Beautiful is better than ugly.", "Flat is better than nested, said the"]
+
+
+@pytest.fixture
+def pair(nodes, demo_model, tmp_path):
+    """Two nodes with the demo model, plus two test-only model dirs for refusals: one whose
+    family mlx-lm cannot tensor-shard, one whose weights (a sparse file) are far too big."""
+    extra = {DEMO_DIR: demo_model}
+    notensor = tmp_path / "shared" / "test--notensor"
+    huge = tmp_path / "shared" / "test--huge"
+    for d in (notensor, huge):
+        d.mkdir(parents=True)
+        config = json.loads((demo_model / "config.json").read_text())
+        if d is notensor:
+            config["model_type"] = "gpt_bigcode"
+        (d / "config.json").write_text(json.dumps(config))
+    os.symlink(demo_model / "model.safetensors", notensor / "model.safetensors")
+    with open(huge / "model.safetensors", "wb") as f:
+        f.truncate(4 * 1024 ** 4)  # 4 TiB, sparse: no disk is used
+    extra.update({"test--notensor": notensor, "test--huge": huge})
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    a = nodes("a", config=FAST, args=node_args(namespace, []), models=extra)
+    b = nodes("b", config=FAST, args=node_args(namespace, [a]), models=extra)
+    wait_until(a, lambda: converged([a, b], 2), 30, "formation")
+    return a, b
+
+
+def place_and_wait(via, everyone, body) -> tuple[str, float]:
+    t0 = time.monotonic()
+    status, reply = http_json(f"{via.url}/place_instance", body)
+    assert status == 200, reply
+    iid = reply["instance_id"]
+
+    def ready():
+        state = state_of(everyone[0]) or {}
+        inst = state.get("instances", {}).get(iid)
+        if not inst:
+            return None
+        rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
+        return all("RunnerReady" in state["runners"].get(r, {}) for r in rids) and inst
+
+    inst = wait_until(everyone[0], ready, 120, f"instance {body} ready")
+    return iid, time.monotonic() - t0, inst
+
+
+def greedy(node, prompt: str, n: int = 16):
+    status, body = http_json(f"{node.url}/v1/chat/completions", {
+        "model": MODEL, "max_tokens": n, "temperature": 0, "logprobs": True,
+        "messages": [{"role": "user", "content": prompt}]})
+    assert status == 200, body
+    return [(tuple(c["bytes"]), round(c["logprob"], 3)) for c in body["choices"][0]["logprobs"]["content"]]
+
+
+def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
+    a, b = pair
+    iid, took, _ = place_and_wait(b, [a, b], {"model_id": MODEL})
+    print(f"place -> ready, 1 node: {took:.2f}s")
+    single = {p: greedy(a, p) for p in PROMPTS}
+    assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
+    for sharding in ("Pipeline", "Tensor"):
+        iid, took, inst = place_and_wait(a, [a, b], {"model_id": MODEL, "sharding": sharding, "min_nodes": 2})
+        ring = inst["MlxRingInstance"]
+        shards = [next(iter(s.values())) for s in ring["shardAssignments"]["runnerToShard"].values()]
+        assert sorted(s["deviceRank"] for s in shards) == [0, 1] and {s["worldSize"] for s in shards} == {2}
+        assert len(ring["shardAssignments"]["nodeToRunner"]) == 2
+        assert {f"{sharding}ShardMetadata"} == {k for s in ring["shardAssignments"]["runnerToShard"].values() for k in s}
+        if sharding == "Pipeline":
+            layers = sorted((s["startLayer"], s["endLayer"]) for s in shards)
+            assert layers[0][0] == 0 and layers[-1][1] == 4 and layers[0][1] == layers[1][0]
+        print(f"place -> ready, 2 nodes {sharding}: {took:.2f}s")
+        for p in PROMPTS:
+            got = greedy(b, p)
+            assert [t for t, _ in got] == [t for t, _ in single[p]], (sharding, p)
+            assert [lp for _, lp in got] == pytest.approx([lp for _, lp in single[p]], abs=2e-3)
+        assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
+
+
+def test_typed_refusals_from_real_requests(pair):
+    a, b = pair
+    _, b_id = http_json(f"{b.url}/node_id")
+    _, a_id = http_json(f"{a.url}/node_id")
+    cases = [
+        ({"model_id": MODEL, "min_nodes": 3}, "The topology has only 2 node(s); a placement with min_nodes=3 is impossible"),
+        ({"model_id": MODEL, "excluded_nodes": [a_id, b_id]}, "touch an excluded node (2 node(s) excluded)"),
+        ({"model_id": "test/notensor", "sharding": "Tensor"}, "does not support tensor parallelism: test/notensor"),
+        ({"model_id": "test/huge"}, "No candidate cycle fits test/huge (4096.0GB of weights)"),
+        ({"model_id": MODEL, "instance_meta": "MlxJaccl"}, "RDMA"),
+    ]
+    for body, needle in cases:
+        status, reply = http_json(f"{a.url}/place_instance", body)
+        assert status == 400, (body, reply)
+        assert needle in reply["error"]["message"] and reply["error"]["type"] == "Bad Request"
+    status, reply = http_json(f"{a.url}/place_instance", {"model_id": "test/huge"})
+    assert "node " in reply["error"]["message"] and "GB" in reply["error"]["message"]
+    assert http_json(f"{a.url}/place_instance", {"model_id": "nobody/nothing"})[0] == 404
+    previews = http_json(f"{a.url}/instance/previews?model_id={MODEL}")[1]["previews"]
+    valid = {(p["sharding"], len(p["memory_delta_by_node"] or {})) for p in previews if not p["error"]}
+    assert ("Pipeline", 1) in valid and ("Pipeline", 2) in valid and ("Tensor", 2) in valid
+    assert any(p["error"] and "RDMA" in p["error"] for p in previews)
+
+
+def test_exclusions_keep_the_instance_off_the_excluded_node(pair):
+    a, b = pair
+    _, a_id = http_json(f"{a.url}/node_id")
+    for _ in range(2):
+        status, reply = http_json(f"{b.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [a_id, "old-id"]})
+        assert status == 200
+        inst = wait_until(a, lambda: (state_of(a) or {}).get("instances", {}).get(reply["instance_id"]), 30, "placed")
+        assert a_id not in inst["MlxRingInstance"]["shardAssignments"]["nodeToRunner"]
+
+
+def test_deleting_an_instance_mid_stream_ends_the_stream_within_a_second(pair):
+    a, b = pair
+    iid, _, _ = place_and_wait(a, [a, b], {"model_id": MODEL, "min_nodes": 2})
+    conn = http.client.HTTPConnection("127.0.0.1", b.api_port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": MODEL, "max_tokens": 1900, "stream": True, "temperature": 0,  # greedy: no early EOS
+        "messages": [{"role": "user", "content": PROMPTS[0]}]}), {"Content-Type": "application/json"})
+    deleted_at = None
+    for kind, payload in sse_events(conn.getresponse()):
+        if deleted_at is None and kind == "data" and "choices" in payload:
+            assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
+            deleted_at = time.monotonic()
+        if kind == "data" and isinstance(payload, dict) and "error" in payload:
+            took = time.monotonic() - deleted_at
+            break
+    else:
+        pytest.fail("stream ended without the error event")
+    print(f"instance deleted mid-stream: client got the error event {took:.3f}s later")
+    assert took < 1.0 and "instance was deleted" in payload["error"]["message"]
+
+
+def test_a_placement_during_formation_is_success_or_info_pending_never_a_false_400(nodes, demo_model):
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    a = nodes("a", config=FAST, args=node_args(namespace, []), models={DEMO_DIR: demo_model})
+    b = nodes("b", config=FAST, args=node_args(namespace, [a]), models={DEMO_DIR: demo_model},
+              ready=False)
+    b.wait_ready(timeout=30)  # b's roles are up; it may not have met a yet
+    t0 = time.monotonic()
+    status, reply = http_json(f"{b.url}/place_instance", {"model_id": MODEL, "min_nodes": 2}, timeout=60)
+    print(f"placement sent during formation: {status} after {time.monotonic() - t0:.2f}s")
+    assert status in (200, 503), reply
+    if status == 503:
+        assert "retry" in reply["error"]["message"]

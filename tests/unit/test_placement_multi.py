@@ -1,0 +1,93 @@
+"""Multi-node placement (pure): rings, per-node memory, proportional layers, tensor checks."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from skulk.wire.commands import PlaceInstance
+from skulk.wire.models import ModelCard
+from skulk.wire.placement import GIB, PlacementError, layer_split, place, ring_port
+from skulk.wire.reducer import apply
+from skulk.wire.state import IndexedEvent, NodeGatheredInfo, NodeInfo, State
+
+CARD = ModelCard(model_id="o/m", storage_size_bytes=8 * GIB, n_layers=32, hidden_size=4096,
+                 num_key_value_heads=8, supports_tensor=True, context_length=32768,
+                 family="qwen2", quantization="4bit")
+_IDS = itertools.count()
+
+
+def ids():
+    return lambda: f"{next(_IDS):032x}"
+
+
+def cluster(*nodes: tuple[str, int, int]) -> State:
+    state = State(session="s")
+    for i, (node_id, total_gb, avail_gb) in enumerate(nodes):
+        info = NodeInfo(node_id=node_id, friendly_name=f"mac-{node_id}", skulk_version="t",
+                        ram_total=total_gb * GIB, ram_available=avail_gb * GIB, when=0.0,
+                        addresses=(f"10.0.0.{i + 1}",))
+        state = apply(state, IndexedEvent(idx=i, session="s", event=NodeGatheredInfo(info=info)))
+    return state
+
+
+@pytest.mark.parametrize("n,weights,expected", [
+    (32, [1, 1], [16, 16]), (32, [3, 1], [24, 8]), (4, [100, 1], [3, 1]), (5, [1, 1, 1], [2, 2, 1]),
+    (3, [1, 1, 1], [1, 1, 1]),
+])
+def test_layer_split_is_proportional_with_at_least_one_layer(n, weights, expected):
+    split = layer_split(n, weights)
+    assert split == expected and sum(split) == n and min(split) >= 1
+
+
+def test_smallest_fitting_ring_wins():
+    state = cluster(("a", 64, 60), ("b", 64, 60), ("c", 16, 12))
+    inst = place(state, PlaceInstance(command_id="c", card=CARD), ids())
+    assert not isinstance(inst, PlacementError) and len(inst.node_to_runner) == 1
+    assert set(inst.node_to_runner) <= {"a", "b"}
+
+
+def test_memory_is_checked_per_node_never_summed():
+    big = replace(CARD, storage_size_bytes=20 * GIB)
+    state = cluster(("a", 24, 20), ("b", 24, 20))  # 40 GB free in all, 18 GB usable each
+    got = place(state, PlaceInstance(command_id="c", card=big), ids())
+    assert not isinstance(got, PlacementError) and len(got.node_to_runner) == 2  # 10 GB share each fits
+    too_big = replace(CARD, storage_size_bytes=30 * GIB)
+    got = place(state, PlaceInstance(command_id="c", card=too_big), ids())
+    assert isinstance(got, PlacementError) and got.status == 400
+    assert "needs ~" in got.message and "can use 18.0GB" in got.message
+
+
+def test_pipeline_layers_follow_usable_memory_in_mlx_rank_order():
+    state = cluster(("a", 64, 48), ("b", 64, 16))
+    inst = place(state, PlaceInstance(command_id="c", card=replace(CARD, storage_size_bytes=30 * GIB),
+                                      min_nodes=2), ids())
+    assert not isinstance(inst, PlacementError)
+    by_node = {n: inst.runner_to_shard[r] for n, r in inst.node_to_runner.items()}
+    a, b = by_node["a"], by_node["b"]
+    assert (a.device_rank, b.device_rank) == (0, 1)
+    assert a.end_layer - a.start_layer == 24 and b.end_layer - b.start_layer == 8
+    assert (b.start_layer, b.end_layer, a.start_layer, a.end_layer) == (0, 8, 8, 32)  # rank 0 runs the last layers
+    assert inst.ring_hosts == (f"10.0.0.1:{ring_port(inst.instance_id, 0)}",
+                               f"10.0.0.2:{ring_port(inst.instance_id, 1)}")
+
+
+def test_tensor_divisibility_and_support():
+    state = cluster(("a", 64, 60), ("b", 64, 60), ("c", 64, 60))
+    odd = replace(CARD, num_key_value_heads=2)
+    got = place(state, PlaceInstance(command_id="c", card=odd, sharding="Tensor", min_nodes=3), ids())
+    assert isinstance(got, PlacementError) and "No tensor sharding found" in got.message
+    got = place(state, PlaceInstance(command_id="c", card=CARD, sharding="Tensor", min_nodes=2), ids())
+    assert not isinstance(got, PlacementError)
+    assert {s.kind for s in got.runner_to_shard.values()} == {"Tensor"}
+    assert {(s.start_layer, s.end_layer) for s in got.runner_to_shard.values()} == {(0, 32)}
+
+
+def test_exclusions_unknown_ids_are_ignored():
+    state = cluster(("a", 64, 60), ("b", 64, 60))
+    got = place(state, PlaceInstance(command_id="c", card=CARD, excluded_nodes=("a", "ghost")), ids())
+    assert not isinstance(got, PlacementError) and set(got.node_to_runner) == {"b"}
+    got = place(state, PlaceInstance(command_id="c", card=CARD, min_nodes=2, excluded_nodes=("a",)), ids())
+    assert isinstance(got, PlacementError) and "(1 node(s) excluded)" in got.message
