@@ -26,7 +26,7 @@ from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle
-from skulk.wire.sockets import (RoutedDecodeError, make_socket, publish, recv, recv_routed,
+from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, publish, recv_routed,
                                 send_routed)
 from skulk.wire.topics import EVT_SUPERVISOR
 
@@ -146,14 +146,7 @@ class NodeLoop:
                 owner.handle_exit(slot.id, code, now)
 
     def _drain_notify(self, now: float) -> None:
-        while True:
-            try:
-                msg = recv(self.notify, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except WireError as exc:
-                log.warning("bad frame on notify socket dropped: %s", exc)
-                continue
+        for msg in drain(self.notify, limit=10000):
             if isinstance(msg, (ChildReady, Heartbeat)):
                 found = self.root.find(msg.child_id)
                 if found is None:
@@ -165,19 +158,13 @@ class NodeLoop:
                     owner.on_beat(msg.child_id, msg.pid, now)
 
     def _drain_control(self, now: float) -> None:
-        while True:
-            try:
-                envelope, msg = recv_routed(self.control, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except RoutedDecodeError as exc:
-                log.warning("bad admin frame: %s", exc)
+        def refuse(exc: WireError) -> None:
+            log.warning("bad admin frame: %s", exc)
+            if isinstance(exc, RoutedDecodeError):
                 send_routed(self.control, exc.envelope,
                             control.reply(self.root, now, False, f"bad request: {exc}"))
-                continue
-            except WireError as exc:
-                log.warning("bad admin frame dropped: %s", exc)
-                continue
+
+        for envelope, msg in drain(self.control, recv_routed, limit=1000, on_error=refuse):
             if not isinstance(msg, AdminCommand):
                 send_routed(self.control, envelope, control.reply(
                     self.root, now, False, f"expected an AdminCommand, got {msg.TYPE}"))

@@ -7,16 +7,20 @@ sockets that face other processes. One socket belongs to one thread.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
 
 from skulk.wire import codec
-from skulk.wire.errors import MalformedFrame, TopicMismatch
+from skulk.wire.errors import MalformedFrame, TopicMismatch, WireError
 from skulk.wire.message import Message
 from skulk.wire.topics import Topic
 
 DEFAULT_HWM = 1000
+
+log = logging.getLogger("skulk.wire")
 
 
 def make_socket(
@@ -111,3 +115,22 @@ def send_routed(sock: zmq.Socket[Any], envelope: list[bytes], msg: Message) -> b
         return True
     except zmq.ZMQError:
         return False
+
+
+def drain(sock: zmq.Socket[Any], receive: Callable[..., Any] = recv, *, limit: int = 1000,
+          on_error: Callable[[WireError], None] | None = None) -> Iterator[Any]:
+    """Everything readable on `sock` now, without blocking, at most `limit` items (so one busy
+    socket cannot starve a loop). A frame that does not decode goes to `on_error` (default:
+    logged) and is skipped: the receiving loop survives bad input."""
+    for _ in range(limit):
+        try:
+            item = receive(sock, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        except WireError as exc:
+            if on_error is not None:
+                on_error(exc)
+            else:
+                log.warning("dropped a bad frame: %s", exc)
+            continue
+        yield item

@@ -22,7 +22,7 @@ from skulk.services.base import ServiceLoop
 from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
 from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import WireError
-from skulk.wire.sockets import make_socket, recv_routed, send
+from skulk.wire.sockets import drain, make_socket, recv_routed, send
 from skulk.wire.state import NodeInfo
 from skulk.wire.topics import EVT_CLUSTER
 
@@ -33,6 +33,10 @@ HELLO_INTERVAL_S = 0.5
 DISCOVERY_PORT = 52417
 DISCOVERY_INTERVAL_S = 2.0
 LEARNED_TTL_S = 10.0
+
+
+def _rejected(exc: WireError) -> None:
+    log.warning("gossip: rejected a bad frame on the cluster port: %s", exc)
 
 
 def namespace_hash(namespace: str) -> str:
@@ -86,14 +90,7 @@ class Gossip:
         self.publish(msg.info)
 
     def on_frame(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(200):
-            try:
-                _env, msg = recv_routed(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except WireError as exc:
-                log.warning("gossip: rejected a bad frame on the cluster port: %s", exc)
-                continue
+        for _env, msg in drain(sock, recv_routed, limit=200, on_error=_rejected):
             if not isinstance(msg, PeerHello):
                 log.warning("gossip: rejected %s on the cluster port", msg.TYPE)
                 continue

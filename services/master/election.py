@@ -4,7 +4,8 @@
   campaign), so a lone node serves immediately.
 - Meeting: leaders announce `(seniority, clock, node id)` every 0.5 s; a leader that hears a
   higher key steps down and follows. A leader's seniority is the largest cluster it has led,
-  so a late joiner or a healed lone node never deposes an established leader.
+  counted by nodes that actually follow it (they ask it for the state), never by the gossip
+  member count, so a late joiner or a healed lone node never deposes an established leader.
 - Loss: when the leader leaves the gossip membership (or stops announcing), every node
   campaigns: raises its clock above any seen, tells every member, and after `timeout_s`
   (DEFAULT_ELECTION_TIMEOUT, 3 s) picks the max candidate by (clock, last applied index,
@@ -53,6 +54,7 @@ class Election:
     campaign_until: float | None = None
     candidates: dict[str, Campaign] = field(default_factory=dict)
     members: frozenset[str] = frozenset()
+    followers: set[str] = field(default_factory=set)
 
     @property
     def is_leader(self) -> bool:
@@ -67,6 +69,7 @@ class Election:
 
     def _win(self, now: float, size: int) -> list[Action]:
         self.seniority = max(self.seniority, size)
+        self.followers = set()
         self.leader, self.session = self.node_id, f"{self.clock}-{self.node_id}"
         self.leader_key, self.leader_seen = self.key(), now
         self.campaign_until, self.candidates = None, {}
@@ -88,13 +91,18 @@ class Election:
         joined = members - self.members
         self.members = members
         if self.is_leader:
-            self.seniority = max(self.seniority, len(members))
             return []
         if self.leader is not None and self.leader not in members:
             return self.start(now, last_idx)
         if self.campaign_until is not None and joined:
             return [Broadcast(self.candidates[self.node_id])]
         return []
+
+    def follower(self, node_id: str) -> None:
+        """A node asked this leader for its state: it follows us; seniority grows with them."""
+        if self.is_leader and node_id != self.node_id and node_id in self.members:
+            self.followers.add(node_id)
+            self.seniority = max(self.seniority, 1 + len(self.followers))
 
     def on_campaign(self, msg: Campaign, now: float, last_idx: int) -> list[Action]:
         if self.leader is not None and now - self.leader_seen < ANNOUNCE_LIVENESS_S \

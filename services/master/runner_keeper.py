@@ -14,8 +14,7 @@ import zmq
 
 from skulk.services.master.runner_plan import plan
 from skulk.wire.control import AdminCommand, AdminReply
-from skulk.wire.errors import WireError
-from skulk.wire.sockets import recv, send
+from skulk.wire.sockets import drain, send
 from skulk.wire.state import State
 
 log = logging.getLogger("skulk.master")
@@ -40,14 +39,7 @@ class RunnerKeeper:
         send(self.sup, AdminCommand(verb="status"), flags=zmq.NOBLOCK)
 
     def on_reply(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(100):
-            try:
-                reply = recv(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except WireError as exc:
-                log.warning("bad reply from the supervisor: %s", exc)
-                continue
+        for reply in drain(sock, limit=100):
             if not isinstance(reply, AdminReply):
                 continue
             if not reply.ok:

@@ -35,7 +35,7 @@ from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.message import Message
 from skulk.wire.models import ModelDirError, card_from_dir, dir_name
 from skulk.wire.reducer import apply
-from skulk.wire.sockets import (RoutedDecodeError, make_socket, recv, recv_published, recv_routed,
+from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, recv_published, recv_routed,
                                 send, send_routed)
 from skulk.wire.state import (IndexedEvent, NodeGatheredInfo, NodeTimedOut, RunnerStatus,
                               RunnerStatusUpdated, State, StateHead)
@@ -50,6 +50,10 @@ NODE_INFO_REFRESH_S = 10.0
 ANNOUNCE_INTERVAL_S = 0.5
 FAILED_EVENTS = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
 """Runner process ends: whatever the cause, that incarnation no longer serves."""
+
+
+def _rejected(exc: WireError) -> None:
+    log.warning("master: rejected a bad frame on the cluster port: %s", exc)
 
 
 class Master:
@@ -219,27 +223,17 @@ class Master:
 
     # ---- sockets ------------------------------------------------------------------------------
     def on_local(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(100):
-            try:
-                envelope, cmd = recv_routed(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except RoutedDecodeError as exc:
+        def refuse(exc: WireError) -> None:
+            if isinstance(exc, RoutedDecodeError):
                 send_routed(sock, exc.envelope, CommandRejected(command_id="", status=400,
                                                                 message=f"bad command: {exc}"))
-                continue
+
+        for envelope, cmd in drain(sock, recv_routed, limit=100, on_error=refuse):
             self.command(envelope, cmd)
 
     def on_cluster(self, sock: zmq.Socket[Any]) -> None:
         now = time.monotonic()
-        for _ in range(200):
-            try:
-                envelope, msg = recv_routed(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except WireError as exc:
-                log.warning("master: rejected a bad frame on the cluster port: %s", exc)
-                continue
+        for envelope, msg in drain(sock, recv_routed, limit=200, on_error=_rejected):
             if isinstance(msg, Campaign):
                 self.act(self.election.on_campaign(msg, now, self.state.last_event_applied_idx))
             elif isinstance(msg, LeaderAnnounce):
@@ -250,6 +244,7 @@ class Master:
             elif isinstance(msg, EventBatch):
                 self.follow(msg)
             elif isinstance(msg, ReplayRequest) and self.election.is_leader and self.log is not None:
+                self.election.follower(msg.node_id)
                 events = self.log.since(msg.since) if msg.session == self.state.session else None
                 reply: Message = (EventBatch(session=self.state.session, events=tuple(events))
                                   if events is not None else SnapshotPush(state=self.state))
@@ -266,14 +261,7 @@ class Master:
                 log.warning("master: ignored %s on the cluster port", msg.TYPE)
 
     def on_peer(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(200):
-            try:
-                msg = recv(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except WireError as exc:
-                log.warning("master: bad frame from a peer: %s", exc)
-                continue
+        for msg in drain(sock, limit=200):
             if isinstance(msg, ForwardedReply):
                 command_id = getattr(msg.reply, "command_id", "")
                 if command_id in self.pending:
@@ -289,14 +277,7 @@ class Master:
                 self.adopt(msg.state)
 
     def on_bus(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(1000):
-            try:
-                _topic, msg = recv_published(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except WireError as exc:
-                log.warning("master: dropped bad bus frame: %s", exc)
-                continue
+        for _topic, msg in drain(sock, recv_published):
             if isinstance(msg, RunnerReport):
                 self.local_runners[msg.runner_id] = msg.status
                 self.runner_fact(msg.runner_id, msg.status)

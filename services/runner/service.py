@@ -26,7 +26,7 @@ from skulk.services.runner.engine import MlxEngine, Ring, Session
 from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
 from skulk.wire.inference import Cancel, Failed, Generate, Progress, RankControl, Started
-from skulk.wire.sockets import RoutedDecodeError, make_socket, recv, recv_routed, send, send_routed
+from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send, send_routed
 from skulk.wire.state import RunnerStatus
 from skulk.wire.topics import EVT_RUNNER
 
@@ -84,18 +84,13 @@ class Runner:
 
     # ---- requests -------------------------------------------------------------------------
     def on_request(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(100):
-            try:
-                envelope, msg = recv_routed(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except RoutedDecodeError as exc:
+        def refuse(exc: WireError) -> None:
+            log.warning("runner: bad request frame: %s", exc)
+            if isinstance(exc, RoutedDecodeError):
                 send_routed(sock, exc.envelope, Failed(request_id="", error=f"bad request: {exc}",
                                                        retryable=False))
-                continue
-            except WireError as exc:
-                log.warning("runner: dropped bad frame: %s", exc)
-                continue
+
+        for envelope, msg in drain(sock, recv_routed, limit=100, on_error=refuse):
             if isinstance(msg, Generate):
                 self.admit(envelope, msg)
             elif isinstance(msg, Cancel):
@@ -195,11 +190,7 @@ class Follower:
         self.session: Session | None = None
 
     def on_control(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(1000):
-            try:
-                msg = recv(sock, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for msg in drain(sock):
             if not isinstance(msg, RankControl):
                 continue
             if msg.action == "start" and msg.params is not None:

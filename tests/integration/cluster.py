@@ -5,12 +5,10 @@ published every 0.5 s), under a deadline."""
 
 from __future__ import annotations
 
-import time
 import urllib.error
-from collections.abc import Callable
 from typing import Any
 
-from tests.integration.harness import BusWatcher, Node
+from tests.integration.harness import Node
 from tests.integration.serving import http_json
 
 FAST = {"cluster": {"discovery_port": 0}}
@@ -29,23 +27,6 @@ def state_of(node: Node) -> dict[str, Any] | None:
     except (OSError, urllib.error.URLError):
         return None
     return body if status == 200 else None
-
-
-def wait_until(watch: Node, check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Re-run `check` on every bus message of `watch` until it returns something truthy."""
-    watcher = BusWatcher(watch, b"evt.")
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            result = check()
-            if result:
-                return result
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"{what}: not within {timeout}s")
-            next(watcher.messages(left), None)
-    finally:
-        watcher.close()
 
 
 def converged(nodes: list[Node], count: int, same_idx: bool = False) -> dict[str, Any] | None:

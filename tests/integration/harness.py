@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,3 +154,20 @@ class BusWatcher:
 
     def close(self) -> None:
         self.sock.close(0)
+
+
+def wait_until(watch: Node, check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Re-run `check` on every bus message of `watch` until it returns something truthy."""
+    watcher = BusWatcher(watch, b"evt.")
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            result = check()
+            if result:
+                return result
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{what}: not within {timeout}s")
+            next(watcher.messages(left), None)
+    finally:
+        watcher.close()

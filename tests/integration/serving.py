@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from typing import Any
 
-from tests.integration.harness import BusWatcher, Node
+from tests.integration.harness import Node, wait_until
 
 MODEL = "skulk/demo-tiny"
 
@@ -30,24 +29,10 @@ def ready_runners(node: Node) -> list[str]:
 
 
 def wait_model_ready(node: Node, timeout: float = 60.0, exclude: tuple[str, ...] = ()) -> str:
-    """The runner id once a runner of the node is Ready in `/state`.
-
-    Re-checked on every state message on the bus (an event, or the master's 1 s head), so a
-    change published before the subscription took effect is still seen.
-    """
-    watcher = BusWatcher(node, b"evt.state.")
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            ready = [r for r in ready_runners(node) if r not in exclude]
-            if ready:
-                return ready[0]
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no ready runner within {timeout}s\n{node.log_tail()}")
-            next(watcher.messages(left), None)
-    finally:
-        watcher.close()
+    """The runner id once a runner of the node is Ready in `/state` (re-checked on every state
+    message on the bus, so a change published before the subscription is still seen)."""
+    return wait_until(node, lambda: next((r for r in ready_runners(node) if r not in exclude), None),
+                      timeout, "a ready runner")
 
 
 def sse_events(resp: Any) -> Any:

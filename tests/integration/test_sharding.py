@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from tests.integration.cluster import FAST, converged, node_args, state_of, wait_until
+from tests.integration.cluster import FAST, converged, node_args, state_of
+from tests.integration.harness import wait_until
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.serving import MODEL, http_json, sse_events
 

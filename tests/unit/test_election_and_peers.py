@@ -31,9 +31,14 @@ def test_an_established_leader_is_not_deposed_by_a_late_joiner():
     c = Election("c")
     c.boot(0.0)
     c.on_membership(frozenset({"c", "a", "b"}), 1.0, 5)
+    assert c.seniority == 1  # members are not followers yet
+    c.follower("a")
+    c.follower("b")
     assert c.seniority == 3
     z = Election("z")  # larger id, but a lone newcomer
     z.boot(2.0)
+    z.on_membership(frozenset({"z", "a", "b", "c"}), 2.0, 0)  # seeing the others is not leading them
+    assert z.seniority == 1
     assert c.on_announce(z.announce(0), 2.1) == []
     assert z.on_announce(c.announce(5), 2.1) == [Follow("c", "1-c")]
 
