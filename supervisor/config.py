@@ -44,6 +44,7 @@ class NodeConfig:
     root_budget: Budget = field(default_factory=lambda: Budget(intensity=3, period_s=60.0))
     runners_budget: Budget = field(default_factory=lambda: Budget(intensity=5, period_s=30.0))
     warmup_deadline_s: float = 300.0
+    group_connect_deadline_s: float = 120.0
     api_workers: int = 1
     api_threads: int = 16
     trace_retention_days: float = 3.0
@@ -61,7 +62,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "heartbeat": {"interval_s": ("heartbeat_s", float), "liveness": ("liveness", int)},
     "children": {"ready_timeout_s": ("ready_timeout_s", float), "shutdown_s": ("shutdown_s", float)},
     "api": {"workers": ("api_workers", int), "threads": ("api_threads", int)},
-    "runner": {"warmup_deadline_s": ("warmup_deadline_s", float)},
+    "runner": {"warmup_deadline_s": ("warmup_deadline_s", float),
+               "group_connect_deadline_s": ("group_connect_deadline_s", float)},
     "tracing": {"retention_days": ("trace_retention_days", float)},
 }
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
@@ -72,6 +74,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_NAMESPACE": ("namespace", str),
     "SKULK_BOOTSTRAP_PEERS": ("bootstrap_peers", list),
     "SKULK_WARMUP_DEADLINE_SECONDS": ("warmup_deadline_s", float),
+    "SKULK_GROUP_CONNECT_DEADLINE_SECONDS": ("group_connect_deadline_s", float),
 }
 
 
@@ -169,7 +172,7 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("cluster: peer_timeout_s > 0, election_timeout_s >= 0, discovery_port 0..65535")
     if cfg.heartbeat_s <= 0 or cfg.liveness < 1:
         raise ConfigError("heartbeat interval must be > 0 and liveness >= 1")
-    if cfg.ready_timeout_s <= 0 or cfg.shutdown_s <= 0 or cfg.warmup_deadline_s <= 0:
+    if min(cfg.ready_timeout_s, cfg.shutdown_s, cfg.warmup_deadline_s, cfg.group_connect_deadline_s) <= 0:
         raise ConfigError("timeouts must be > 0")
     for budget in (cfg.root_budget, cfg.runners_budget):
         if budget.intensity < 0 or budget.period_s <= 0:

@@ -10,13 +10,20 @@ CRASHED = 1
 """An unhandled error in a child's loop: restart it."""
 BOOT_FAILURE = 3
 """A child could not start (bind failed, bad slice): restarted only after a back-off."""
+WEDGED = 86
+"""A runner overran its warmup deadline (a wedged GPU): never restarted; reboot the machine."""
+GROUP_CONNECT_FAILED = 87
+"""A runner could not form its mx.distributed ring in time: never restarted in a loop."""
 ESCALATED = 70
 """The root's restart budget was exhausted; everything was stopped (EX_SOFTWARE)."""
 CONFIG_ERROR = 78
 """The configuration is invalid; nothing was started (EX_CONFIG)."""
 
 _NAMES = {CLEAN: "clean", CRASHED: "crashed", BOOT_FAILURE: "boot failure",
-          ESCALATED: "escalated", CONFIG_ERROR: "config error"}
+          ESCALATED: "escalated", CONFIG_ERROR: "config error",
+          WEDGED: "warmup deadline overrun, GPU may be wedged",
+          GROUP_CONNECT_FAILED: "distributed group connect deadline overrun"}
+NEVER_RESTART = frozenset({WEDGED, GROUP_CONNECT_FAILED})
 
 
 def describe(returncode: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from skulk.supervisor import exitcodes
 from skulk.supervisor.exitcodes import is_normal
 from skulk.supervisor.spec import Restart, Strategy
 
@@ -26,7 +27,10 @@ def affected(strategy: Strategy, ordered_ids: Sequence[str], failed_id: str) -> 
 
 
 def should_restart(restart: Restart, returncode: int) -> bool:
-    """permanent: always; transient: only after an abnormal exit; temporary: never."""
+    """permanent: always; transient: only after an abnormal exit; temporary: never.
+    A wedge or a failed group connect is never restarted (it would only wedge again)."""
+    if returncode in exitcodes.NEVER_RESTART:
+        return False
     if restart == "permanent":
         return True
     if restart == "transient":

@@ -11,6 +11,7 @@ ROLES = ("bus", "eventlog", "store", "gossip", "master", "api", "janitor")
 """Permanent roles in start order; stop order is the reverse."""
 
 GUNICORN_TICK_S = 1.0
+RUNNER_READY_GRACE_S = 10.0
 """The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
 
 
@@ -50,8 +51,13 @@ def build_tree(cfg: NodeConfig, node_id: str) -> SupervisorSpec:
                          else cfg.heartbeat_s, liveness=cfg.liveness)
 
     runner = ChildSpec(id="runner", module="skulk.services.runner", title="runner",
+                       args=("--warmup-deadline", repr(cfg.warmup_deadline_s),
+                             "--group-connect-deadline", repr(cfg.group_connect_deadline_s)),
                        restart="transient", shutdown_s=max(cfg.shutdown_s, 10.0),
-                       ready_timeout_s=cfg.warmup_deadline_s, heartbeat_s=cfg.heartbeat_s,
+                       # the runner enforces the warmup deadline itself (CRITICAL + exit 86);
+                       # the supervisor's ready deadline is the backstop just after it
+                       ready_timeout_s=cfg.warmup_deadline_s + RUNNER_READY_GRACE_S,
+                       heartbeat_s=cfg.heartbeat_s,
                        liveness=cfg.liveness)
     runners = SupervisorSpec(id="runners", strategy="simple_one_for_one",
                              intensity=cfg.runners_budget.intensity,

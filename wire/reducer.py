@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from skulk.wire.state import (IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
+from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
                               NodeTimedOut,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
                               TaskFailed, TaskStatusUpdated)
+
+
+DELETIONS_KEPT = 20
 
 
 class OutOfOrder(ValueError):
@@ -33,7 +36,10 @@ def _apply(state: State, event: object) -> State:
             return state
         instances = {k: v for k, v in state.instances.items() if k != event.instance_id}
         runners = {k: v for k, v in state.runners.items() if k not in inst.runner_to_shard}
-        return replace(state, instances=instances, runners=runners)
+        deleted = {**state.deleted, event.instance_id: DeletionNote(
+            model_id=inst.model_id, reason=event.reason, when=event.when)}
+        return replace(state, instances=instances, runners=runners,
+                       deleted=dict(list(deleted.items())[-DELETIONS_KEPT:]))
     if isinstance(event, RunnerStatusUpdated):
         if event.runner_id not in _runner_ids(state):
             return state  # a runner of no instance (late report after a delete) is ignored

@@ -29,7 +29,7 @@ ALL: tuple[type[Message], ...] = (
     # models and replicated state
     ModelCard,
     st.ShardMeta, st.Instance, st.RunnerStatus, st.ChatMessage, st.TaskParams, st.Task,
-    st.NodeInfo, st.State,
+    st.NodeInfo, st.DeletionNote, st.State,
     st.InstanceCreated, st.InstanceDeleted, st.RunnerStatusUpdated, st.TaskCreated,
     st.TaskStatusUpdated, st.TaskFailed, st.TaskDeleted, st.NodeGatheredInfo, st.NodeTimedOut,
     st.IndexedEvent, st.StateHead,

@@ -119,6 +119,16 @@ class NodeInfo(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeletionNote(Message):
+    """Why an instance went away (shown in /state as `deletedInstances`; the last few kept)."""
+
+    TYPE: ClassVar[str] = "state.deletion_note"
+    model_id: str
+    reason: str
+    when: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class State(Message):
     TYPE: ClassVar[str] = "state.state"
     session: str = ""
@@ -128,6 +138,7 @@ class State(Message):
     runners: dict[str, RunnerStatus] = field(default_factory=dict)
     tasks: dict[str, Task] = field(default_factory=dict)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    deleted: dict[str, DeletionNote] = field(default_factory=dict)
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -144,6 +155,7 @@ class InstanceDeleted(Message):
     TYPE: ClassVar[str] = "event.instance_deleted"
     instance_id: str
     reason: str = ""
+    when: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -107,6 +107,9 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "nodeSystem": {},
         "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
         "masterNodeId": state.master_node_id,
+        "deletedInstances": {i: {"modelId": d.model_id, "reason": d.reason,
+                                 "deletedAt": iso(d.when) if d.when else None}
+                             for i, d in state.deleted.items()},
     }
 
 

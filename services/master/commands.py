@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,14 @@ from skulk.wire.state import (InstanceCreated, InstanceDeleted, State, Task, Tas
 class Outcome:
     reply: Reply
     events: list[Message] = field(default_factory=list)
+
+
+def delete_events(state: State, instance_id: str, reason: str, when: float) -> list[Message]:
+    """Cancel the instance's open tasks (their streams end at once), then delete it."""
+    cancels: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
+                              for t in state.tasks.values()
+                              if t.instance_id == instance_id and t.status in ("Pending", "Running")]
+    return [*cancels, InstanceDeleted(instance_id=instance_id, reason=reason, when=when)]
 
 
 def _task_of_command(state: State, command_id: str) -> Task | None:
@@ -39,11 +48,8 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str]) -> Outcome:
         if cmd.instance_id not in state.instances:
             return Outcome(CommandRejected(command_id=cmd.command_id, status=404,
                                            message="Instance not found"))
-        cancels: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
-                                  for t in state.tasks.values()
-                                  if t.instance_id == cmd.instance_id and t.status in ("Pending", "Running")]
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
-                       [*cancels, InstanceDeleted(instance_id=cmd.instance_id, reason="deleted by operator")])
+                       delete_events(state, cmd.instance_id, "deleted by operator", time.time()))
     if isinstance(cmd, TextGeneration):
         found = route(state, cmd.params.model)
         if isinstance(found, RouteError):

@@ -22,7 +22,8 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import handle
+from skulk.services.master.commands import delete_events, handle
+from skulk.services.master.failures import FailureBook, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.replication import SessionLog, seed
 from skulk.services.master.runner_keeper import RunnerKeeper
@@ -48,8 +49,6 @@ FORWARD_DEADLINE_S = 4.0
 MAX_PEER_FRAME = 64 * 1024 * 1024
 NODE_INFO_REFRESH_S = 10.0
 ANNOUNCE_INTERVAL_S = 0.5
-FAILED_EVENTS = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
-"""Runner process ends: whatever the cause, that incarnation no longer serves."""
 
 
 def _rejected(exc: WireError) -> None:
@@ -69,6 +68,7 @@ class Master:
         self.local_runners: dict[str, RunnerStatus] = {}
         self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
+        self.failures = FailureBook()
         self.announce_due = 0.0
         run = loop.rt.args.run_dir
         self.local = make_socket(loop.ctx, zmq.ROUTER, bind=endpoints.master_local(run))
@@ -281,12 +281,7 @@ class Master:
             if isinstance(msg, RunnerReport):
                 self.local_runners[msg.runner_id] = msg.status
                 self.runner_fact(msg.runner_id, msg.status)
-            elif isinstance(msg, ChildLifecycle) and msg.supervisor == "runners" \
-                    and msg.event in FAILED_EVENTS:
-                cause = {"exited": msg.detail, "stopped": f"stopped by its supervisor, {msg.detail}"}.get(
-                    msg.event, msg.event.replace("_", " "))
-                status = RunnerStatus(kind="RunnerFailed", node_id=self.node_id,
-                                      error_message=f"Terminated ({cause})")
+            elif isinstance(msg, ChildLifecycle) and (status := process_ended(msg, self.node_id)):
                 self.local_runners[msg.child_id] = status
                 self.runner_fact(msg.child_id, status)
             elif isinstance(msg, Membership) and msg.node_id == self.node_id:
@@ -294,13 +289,29 @@ class Master:
 
     # ---- facts ----------------------------------------------------------------------------------
     def runner_fact(self, runner_id: str, status: RunnerStatus) -> None:
-        if self.state.runners.get(runner_id) == status:
+        previous = self.state.runners.get(runner_id)
+        if previous == status:
             return
         if self.election.is_leader:
             self.emit([RunnerStatusUpdated(runner_id=runner_id, status=status)])
+            if status.kind == "RunnerFailed" and (previous is None or previous.kind != "RunnerFailed"):
+                self.runner_failed(runner_id, status.error_message)
         elif (sock := self.leader_sock()) is not None:
             send(sock, LocalEvent(node_id=self.node_id, event=RunnerStatusUpdated(
                 runner_id=runner_id, status=status)), flags=zmq.NOBLOCK)
+
+    def runner_failed(self, runner_id: str, error: str) -> None:
+        """Leader: a wedge deletes the instance at once, a crash loop after 3 failures in 60 s;
+        otherwise the runner's supervisor restarts it."""
+        inst = next((i for i in self.state.instances.values() if runner_id in i.runner_to_shard), None)
+        if inst is None:
+            return
+        why = self.failures.verdict(inst.instance_id, error, time.monotonic())
+        if why is None:
+            log.warning("runner %s of instance %s failed: %s", runner_id, inst.instance_id, error)
+            return
+        log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, why)
+        self.emit(delete_events(self.state, inst.instance_id, why, time.time()))
 
     def membership(self, msg: Membership) -> None:
         members = {m.info.node_id: m for m in msg.members}

@@ -115,9 +115,6 @@ class Session:
                      peak_memory_bytes=int((getattr(resp, "peak_memory", 0.0) or 0.0) * 1e9))]
 
 
-GROUP_CONNECT_DEADLINE_S = float(os.environ.get("SKULK_GROUP_CONNECT_DEADLINE_SECONDS", "120"))
-
-
 @dataclass(frozen=True, slots=True)
 class Ring:
     """This runner's place in an mx.distributed ring (from the placement)."""
@@ -127,6 +124,7 @@ class Ring:
     sharding: str  # "Pipeline" | "Tensor"
     split: tuple[int, ...]  # layers per rank (Pipeline)
     hostfile: Path
+    connect_deadline_s: float = 120.0
 
 
 def connect_group(ring: Ring) -> Any:
@@ -142,24 +140,45 @@ def connect_group(ring: Ring) -> Any:
     os.environ["MLX_HOSTFILE"] = str(ring.hostfile)
     os.environ["MLX_RANK"] = str(ring.rank)
 
-    def overrun() -> None:
-        log.critical("rank %d could not form its mx.distributed ring with %s within %.0fs "
-                     "(SKULK_GROUP_CONNECT_DEADLINE_SECONDS): a peer rank is down or its port is "
-                     "unreachable or taken; check the peers' runner logs and firewalls",
-                     ring.rank, ", ".join(ring.hosts), GROUP_CONNECT_DEADLINE_S)
-        logging.shutdown()
-        os._exit(GROUP_CONNECT_EXIT)
-
-    timer = threading.Timer(GROUP_CONNECT_DEADLINE_S, overrun)
-    timer.daemon = True
-    timer.start()
-    try:
+    with Deadline(ring.connect_deadline_s, f"rank {ring.rank} forming its mx.distributed ring with "
+                  f"{', '.join(ring.hosts)} (SKULK_GROUP_CONNECT_DEADLINE_SECONDS)",
+                  "a peer rank is down, or its port is unreachable or taken: check the peers' "
+                  "runner logs and firewalls", GROUP_CONNECT_EXIT):
         return mx.distributed.init(backend="ring", strict=True)
-    finally:
-        timer.cancel()
 
 
-GROUP_CONNECT_EXIT = 87
+GROUP_CONNECT_EXIT = 87  # exitcodes.GROUP_CONNECT_FAILED
+WEDGED_EXIT = 86  # exitcodes.WEDGED
+
+
+class Deadline:
+    """A hard deadline around a call that may block in C forever (a faulted Metal eval parks
+    at 0% CPU, uninterruptible from Python): on overrun, a CRITICAL diagnosis and exit."""
+
+    def __init__(self, seconds: float, what: str, guidance: str, code: int,
+                 before_exit: Callable[[str], None] | None = None) -> None:
+        self.seconds, self.what, self.guidance, self.code = seconds, what, guidance, code
+        self.before_exit = before_exit
+        self._timer = threading.Timer(seconds, self._overrun)
+        self._timer.daemon = True
+
+    def _overrun(self) -> None:
+        message = f"{self.what} exceeded its {self.seconds:.0f}s deadline — {self.guidance}"
+        log.critical(message)
+        if self.before_exit is not None:
+            try:
+                self.before_exit(message)
+            except Exception:  # noqa: BLE001 - the exit below must happen whatever this does
+                pass
+        logging.shutdown()
+        os._exit(self.code)
+
+    def __enter__(self) -> Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
 
 
 class MlxEngine:

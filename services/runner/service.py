@@ -22,7 +22,7 @@ import zmq
 
 from skulk.services import faults
 from skulk.services.base import ServiceLoop
-from skulk.services.runner.engine import MlxEngine, Ring, Session
+from skulk.services.runner.engine import WEDGED_EXIT, Deadline, MlxEngine, Ring, Session
 from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
 from skulk.wire.inference import Cancel, Failed, Generate, Progress, RankControl, Started
@@ -45,7 +45,8 @@ class Runner:
         hosts = tuple(h for h in ns.hosts.split(",") if h)
         self.ring = Ring(rank=ns.rank, hosts=hosts, sharding=ns.sharding,
                          split=tuple(int(x) for x in ns.split.split(",") if x),
-                         hostfile=loop.rt.args.run_dir / f"{ns.runner_id}.hosts.json") if len(hosts) > 1 else None
+                         hostfile=loop.rt.args.run_dir / f"{ns.runner_id}.hosts.json",
+                         connect_deadline_s=ns.group_connect_deadline) if len(hosts) > 1 else None
         self.engine = MlxEngine(Path(ns.model_dir), self.ring)
         self.control: zmq.Socket[Any] | None = None
         if self.ring is not None and ns.rank == 0:
@@ -68,6 +69,18 @@ class Runner:
         self.loop.status_detail = f"{self.status.kind} {self.ns.model_id}"
 
     def boot(self) -> None:
+        """Load and warm up under SKULK_WARMUP_DEADLINE_SECONDS: a wedge is loud, never silent."""
+        with Deadline(self.ns.warmup_deadline, f"runner {self.ns.runner_id} load + warmup of {self.ns.model_id}",
+                      "the GPU may be wedged: if this line recurs on this machine, reboot it "
+                      "(a wedged Metal/CUDA device is not recovered by restarting processes)",
+                      WEDGED_EXIT, self.fail_before_exit):
+            self._boot()
+
+    def fail_before_exit(self, message: str) -> None:
+        self.report(kind="RunnerFailed", error_message=message)
+        self.loop.rt.bus.close(linger=1000)
+
+    def _boot(self) -> None:
         self.report(kind="RunnerLoading", total_layers=self.ns.end_layer - self.ns.start_layer)
         faults.inject("runner", "load")
         t0 = time.monotonic()
@@ -222,6 +235,8 @@ def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
     p.add_argument("--hosts", default="")
     p.add_argument("--split", default="")
     p.add_argument("--control", default="")
+    p.add_argument("--warmup-deadline", type=float, default=300.0)
+    p.add_argument("--group-connect-deadline", type=float, default=120.0)
     ns = p.parse_args(argv)
     runner = Runner(loop, ns, blas)
     try:

@@ -60,7 +60,9 @@ def test_tree_declares_every_role_then_the_runners_supervisor(tmp_path: Path):
     tree = build_tree(cfg, "n1")
     assert [c.id for c in tree.children] == [*ROLES, "runners"]
     runners = tree.children[-1]
-    assert runners.strategy == "simple_one_for_one" and runners.template.ready_timeout_s == 42.0
+    assert runners.strategy == "simple_one_for_one"
+    assert runners.template.args[:2] == ("--warmup-deadline", "42.0")  # the runner enforces it
+    assert runners.template.ready_timeout_s == 52.0  # the supervisor's backstop comes after
     assert tree.strategy == "one_for_one" and tree.intensity == 3
 
 

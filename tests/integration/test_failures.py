@@ -1,0 +1,54 @@
+"""Runner failures with fault injection: a wedged warmup and a crash loop delete the instance
+loudly; the node keeps serving."""
+
+from __future__ import annotations
+
+import time
+
+from tests.integration.conftest import DEMO_DIR
+from tests.integration.harness import wait_until
+from tests.integration.serving import MODEL, http_json
+
+
+def deleted_reason(node, needle: str):
+    def check():
+        _, state = http_json(f"{node.url}/state")
+        notes = [d["reason"] for d in state["deletedInstances"].values()]
+        return not state["instances"] and next((r for r in notes if needle in r), None)
+    return check
+
+
+def test_wedged_warmup_is_loud_not_retried_and_deletes_the_instance(nodes, demo_model):
+    node = nodes(config={"runner": {"warmup_deadline_s": 3.0}}, env={"SKULK_FAULTS": "runner@warmup=hang"},
+                 args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    t0 = time.monotonic()
+    reason = wait_until(node, deleted_reason(node, "not retried"), 60, "wedge handled")
+    print(f"wedged warmup: instance deleted {time.monotonic() - t0:.2f}s after the node was up: {reason}")
+    assert "exit code 86" in reason or "exceeded its 3s deadline" in reason
+    runner_log = next((node.home / "logs").glob("runner-*.log")).read_text()
+    assert "CRITICAL" in runner_log and "exceeded its 3s deadline" in runner_log
+    assert "GPU may be wedged" in runner_log and "reboot" in runner_log
+    log = node.home / "logs" / "supervisor.log"
+    supervisor = wait_until(node, lambda: t if "exit code 86" in (t := log.read_text()) else None,
+                            30, "the runner's exit logged")
+    assert "not restarted" in supervisor and supervisor.count(" started (pid") == 8  # 7 roles + 1 runner
+    assert http_json(f"{node.url}/health")[0] == 200
+    assert http_json(f"{node.url}/v1/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "x"}]})[0] == 404
+
+
+def test_a_crash_loop_deletes_the_instance_and_says_why(nodes, demo_model):
+    node = nodes(env={"SKULK_FAULTS": "runner@load=crash"}, args=("--place", MODEL),
+                 models={DEMO_DIR: demo_model})
+    t0 = time.monotonic()
+    reason = wait_until(node, deleted_reason(node, "crash loop"), 60, "crash loop handled")
+    print(f"crash loop: instance deleted {time.monotonic() - t0:.2f}s after the node was up: {reason}")
+    assert "3 runner failures within 60s" in reason
+    assert "crash loop" in (node.home / "logs" / "master.log").read_text()
+    from skulk.services.eventlog.segment import read_records
+    from skulk.wire.codec import decode
+
+    events = [decode(p) for _, t, p in read_records(node.home / "eventlog" / "events.log")
+              if t.startswith(b"evt.state.event.instance_deleted")]
+    assert any("crash loop" in e.event.reason for e in events)
+    assert all(c.restarts == 0 for c in node.status().values() if c.supervisor == "root")
