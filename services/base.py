@@ -131,6 +131,7 @@ class ServiceLoop:
         self._timer_seq = 0
         self._stop = False
         self._work: Callable[[], bool] | None = None
+        self._stop_hooks: list[Callable[[], None]] = []
         self.status_detail = ""
         self._wake_r, wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -163,6 +164,10 @@ class ServiceLoop:
 
     def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
         self.rt.publish(topic, msg, suffix)
+
+    def on_stop(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once when the loop ends by an orderly stop (SIGTERM), before exit."""
+        self._stop_hooks.append(fn)
 
     def set_work(self, step: Callable[[], bool]) -> None:
         """`step()` runs once per loop iteration and returns True while it has more to do;
@@ -200,6 +205,11 @@ class ServiceLoop:
                 fn()
                 heapq.heappush(self._timers, (max(due + interval, now), seq, interval, fn))
             busy = self._work() if self._work is not None else False
+        for hook in self._stop_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - a failing hook must not turn a stop into a crash
+                log.exception("%s: stop hook failed", self.rt.args.child_id)
         return exitcodes.CLEAN
 
     def _check_parent(self) -> None:

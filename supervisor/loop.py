@@ -173,6 +173,10 @@ class NodeLoop:
             if isinstance(result, control.Waiter):
                 self.waiters.append(result)
             elif isinstance(result, control.NodeVerb):
+                if self.root.terminating:  # a second restart/stop while one is under way
+                    send_routed(self.control, envelope, control.reply(
+                        self.root, now, False, f"{self.after_stop} already pending"))
+                    continue
                 send_routed(self.control, envelope, control.reply(
                     self.root, now, True, "restarting" if result.verb == "restart" else "stopping"))
                 self._node_verb(result.verb, now)

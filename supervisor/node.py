@@ -25,6 +25,8 @@ from skulk.wire import endpoints
 log = logging.getLogger("skulk.supervisor")
 
 HOME_DIRS = ("models", "logs", "eventlog", "traces")
+INPLACE_NODE_ID = "SKULK_INPLACE_NODE_ID"
+"""Set only across our own execv: the restarted image keeps the node id."""
 
 
 def prepare_home(cfg: NodeConfig) -> Path:
@@ -63,7 +65,9 @@ def run_node(cfg: NodeConfig) -> int:
         return exitcodes.BOOT_FAILURE
     log.info("node starting: home %s, api port %d, cluster port %d, pid %d",
              cfg.home, cfg.api_port, cfg.cluster_port, os.getpid())
-    node_id = secrets.token_hex(8)  # new per process start, as upstream's node ids
+    # New per process start, as upstream's node ids. An in-place restart (execv) is the same
+    # process (same PID): it keeps its id, so peers see it come back rather than a new node.
+    node_id = os.environ.pop(INPLACE_NODE_ID, "") or secrets.token_hex(8)
     log.info("node id %s", node_id)
     loop = NodeLoop(cfg, build_tree(cfg, node_id), run)
     code = loop.run()
@@ -74,6 +78,7 @@ def run_node(cfg: NodeConfig) -> int:
         log.info("restarting in place: exec %s", " ".join(argv))
         logging.shutdown()
         os.close(lock)
+        os.environ[INPLACE_NODE_ID] = node_id
         os.execv(sys.executable, argv)
     log.info("node stopped (%s)", exitcodes.describe(code))
     return code

@@ -59,6 +59,16 @@ class TaskFinished(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RestartNode(Message):
+    """Restart a node in place (`POST /admin/restart?node_id=`): sent by the API to its master,
+    and by that master to the target node's master, which asks its own supervisor."""
+
+    TYPE: ClassVar[str] = "command.restart_node"
+    command_id: str
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotRequest(Message):
     TYPE: ClassVar[str] = "command.snapshot_request"
     command_id: str

@@ -35,7 +35,7 @@ ALL: tuple[type[Message], ...] = (
     st.IndexedEvent, st.StateHead,
     # commands to the master and its replies
     cmd.PlaceInstance, cmd.DeleteInstance, cmd.TextGeneration, cmd.TaskCancelled,
-    cmd.TaskFinished, cmd.SnapshotRequest,
+    cmd.TaskFinished, cmd.SnapshotRequest, cmd.RestartNode,
     cmd.CommandAccepted, cmd.CommandRejected, cmd.Routed, cmd.StateSnapshot,
     # data plane: API <-> runner
     inf.Generate, inf.Cancel, inf.Started, inf.Progress, inf.TopLogprob, inf.TokenChunk,

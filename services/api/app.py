@@ -14,6 +14,7 @@ import falcon
 from skulk.services.api.errors import handle_unexpected, serialize_error
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.replica import StateReplica
+from skulk.services.api.resources.admin import AdminRestartResource
 from skulk.services.api.resources.chat import ChatResource
 from skulk.services.api.resources.cluster import (HealthResource, InstanceResource,
                                                   ModelsResource, NodeDiagnosticsResource,
@@ -45,4 +46,5 @@ def create_app(home: Path, run_dir: Path, node_id: str) -> falcon.App:
     app.add_route("/place_instance", PlaceResource(gateway, replica, models))
     app.add_route("/instance/previews", PreviewsResource(replica, models))
     app.add_route("/instance/{instance_id}", InstanceResource(gateway, replica))
+    app.add_route("/admin/restart", AdminRestartResource(gateway, node_id))
     return app

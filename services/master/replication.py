@@ -30,3 +30,12 @@ def seed(previous: State, session: str, node_id: str) -> State:
     nodes carries over (instances survive a master loss); tasks belong to the old session."""
     return replace(previous, session=session, master_node_id=node_id, last_event_applied_idx=-1,
                    tasks={})
+
+
+def carried_over(saved: State, node_id: str, age_s: float, max_age_s: float = 120.0) -> State | None:
+    """The state a node saved at an orderly stop, if it is this node's own and recent (an
+    in-place restart): instances and nodes carry over; runner statuses and tasks do not (the
+    runners are new processes and report again)."""
+    if saved.master_node_id != node_id or age_s > max_age_s:
+        return None
+    return replace(saved, runners={}, tasks={})

@@ -25,12 +25,15 @@ from skulk.services.base import ServiceLoop
 from skulk.services.master.commands import delete_events, handle
 from skulk.services.master.failures import FailureBook, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
+from skulk.services.master import saved_state
 from skulk.services.master.replication import SessionLog, seed
 from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
                                 LocalEvent, Member, Membership, ReplayRequest, SnapshotPush)
-from skulk.wire.commands import CommandRejected, PlaceInstance, SnapshotRequest, StateSnapshot
+from skulk.wire.commands import (CommandAccepted, CommandRejected, PlaceInstance, RestartNode,
+                                 SnapshotRequest, StateSnapshot)
+from skulk.wire.control import AdminCommand
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.message import Message
@@ -69,6 +72,7 @@ class Master:
         self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
         self.failures = FailureBook()
+        self.saved_path = loop.rt.args.run_dir / "master-state.bin"
         self.announce_due = 0.0
         run = loop.rt.args.run_dir
         self.local = make_socket(loop.ctx, zmq.ROUTER, bind=endpoints.master_local(run))
@@ -166,6 +170,9 @@ class Master:
 
     # ---- commands -------------------------------------------------------------------------
     def command(self, envelope: list[bytes] | None, cmd: Message) -> None:
+        if isinstance(cmd, RestartNode):
+            self.restart_node(envelope, cmd)
+            return
         if isinstance(cmd, SnapshotRequest):
             if envelope is not None:
                 send_routed(self.local, envelope, StateSnapshot(command_id=cmd.command_id, state=self.state))
@@ -252,6 +259,8 @@ class Master:
             elif isinstance(msg, LocalEvent) and self.election.is_leader:
                 if isinstance(msg.event, RunnerStatusUpdated):
                     self.runner_fact(msg.event.runner_id, msg.event.status)
+            elif isinstance(msg, RestartNode) and msg.node_id == self.node_id:
+                self.restart_node(None, msg)
             elif isinstance(msg, ForwardCommand):
                 reply = (self.execute(msg.command) if self.election.is_leader else CommandRejected(
                     command_id=getattr(msg.command, "command_id", ""), status=503,
@@ -335,8 +344,8 @@ class Master:
             self.boot_places = []
 
     def refresh_nodes(self, force: bool = False) -> None:
-        if not self.election.is_leader:
-            return
+        if not self.election.is_leader or self.node_id not in self.members:
+            return  # no membership heard yet: nobody can be judged gone
         now = time.monotonic()
         events: list[Message] = [NodeTimedOut(node_id=n) for n in self.state.nodes if n not in self.members]
         for node_id, member in self.members.items():
@@ -348,8 +357,30 @@ class Master:
                 log.warning("node %s timed out; removing it and its instances", ev.node_id)
         self.emit(events)
 
+    def save_state(self) -> None:
+        if self.election.is_leader:
+            saved_state.save(self.saved_path, self.state)
+
+    def restart_node(self, envelope: list[bytes] | None, cmd: RestartNode) -> None:
+        if cmd.node_id == self.node_id:
+            log.warning("restarting this node in place (asked through the API)")
+            send(self.keeper.sup, AdminCommand(verb="restart"), flags=zmq.NOBLOCK)
+            reply: Message = CommandAccepted(command_id=cmd.command_id, message="restarting")
+        elif cmd.node_id in self.peers:
+            send(self.peers[cmd.node_id], cmd, flags=zmq.NOBLOCK)
+            reply = CommandAccepted(command_id=cmd.command_id, message="restart_sent")
+        else:
+            reply = CommandRejected(command_id=cmd.command_id, status=404,
+                                    message=f"Unknown node {cmd.node_id}")
+        if envelope is not None:
+            send_routed(self.local, envelope, reply)
+
     def place_at_boot(self, model_id: str) -> None:
-        """`skulk run --place MODEL`: place it from the local models dir, or say why not."""
+        """`skulk run --place MODEL`: make sure it is placed (from the local models dir), or say
+        why not; after an in-place restart the carried-over instance already is."""
+        if any(i.model_id == model_id for i in self.state.instances.values()):
+            log.info("--place %s: already placed", model_id)
+            return
         try:
             card = card_from_dir(self.loop.rt.args.home / "models" / dir_name(model_id))
         except ModelDirError as exc:
@@ -389,6 +420,8 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     ns = p.parse_args(argv)
     ns.advertise = "127.0.0.1" if ns.listen in ("0.0.0.0", "::", "") else ns.listen
     master = Master(loop, ns)
+    master.state = saved_state.load(master.saved_path, master.node_id) or master.state
+    loop.on_stop(master.save_state)
     loop.add_reader(master.local, master.on_local)
     loop.add_reader(master.cluster, master.on_cluster)
     loop.add_reader(master.sub, master.on_bus)

@@ -52,3 +52,35 @@ def test_a_crash_loop_deletes_the_instance_and_says_why(nodes, demo_model):
               if t.startswith(b"evt.state.event.instance_deleted")]
     assert any("crash loop" in e.event.reason for e in events)
     assert all(c.restarts == 0 for c in node.status().values() if c.supervisor == "root")
+
+
+def test_post_admin_restart_replaces_the_node_in_place_and_serves_again(nodes, demo_model):
+    from tests.integration.serving import wait_model_ready
+
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    wait_model_ready(node)
+    _, before = http_json(f"{node.url}/state")
+    (iid,) = before["instances"]
+    _, node_id = http_json(f"{node.url}/node_id")
+    old_api = node.status()["api"].pid
+    t0 = time.monotonic()
+    status, body = http_json(f"{node.url}/admin/restart", b"")
+    assert status == 200 and body == {"status": "restarting", "node_id": node_id}
+
+    def back():
+        try:
+            reply = node.admin("wait", timeout_s=2.0, request_timeout=1.0)
+        except Exception:  # the control socket is away while the image is replaced
+            return None
+        return reply.ok and reply.root_pid == node.pid and {c.id: c for c in reply.children}["api"].pid != old_api
+
+    wait_until(node, back, 60, "node back in place")
+    wait_model_ready(node)
+    took = time.monotonic() - t0
+    _, after = http_json(f"{node.url}/state")
+    print(f"POST /admin/restart: same pid {node.pid}, same node id, instance served again {took:.2f}s later")
+    assert http_json(f"{node.url}/node_id")[1] == node_id and iid in after["instances"]
+    ok, _ = http_json(f"{node.url}/v1/chat/completions", {
+        "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "back?"}]})
+    assert ok == 200 and node.proc.poll() is None
+    assert http_json(f"{node.url}/admin/restart?node_id=nobody", b"")[0] == 404
