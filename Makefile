@@ -36,7 +36,8 @@ run: setup
 	@$(VENV)/bin/skulk run --home "$(SKULK_HOME)" --api-port $(API_PORT) --cluster-port $(CLUSTER_PORT) \
 	    --listen $(LISTEN) --place skulk/demo-tiny & node=$$!; \
 	  trap 'kill -TERM $$node 2>/dev/null; wait $$node' INT TERM; \
-	  if $(VENV)/bin/skulk model wait skulk/demo-tiny --url http://127.0.0.1:$(API_PORT) --timeout 300; then \
+	  if $(VENV)/bin/skulk admin wait --home "$(SKULK_HOME)" --wait 60 >/dev/null && \
+	     $(VENV)/bin/skulk model wait skulk/demo-tiny --url http://127.0.0.1:$(API_PORT) --timeout 300; then \
 	    echo; echo "Skulk is serving skulk/demo-tiny on port $(API_PORT). Try:"; \
 	    echo "  curl http://localhost:$(API_PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"; \
 	    echo "    -d '{\"model\": \"skulk/demo-tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"ping\"}], \"max_tokens\": 16}'"; \

@@ -117,6 +117,8 @@ def main() -> int:
                                  "--api-port", str(port), "--cluster-port", str(free_port()),
                                  "--listen", "127.0.0.1", "--place", model],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "admin", "wait", "--home", str(home),
+                        "--wait", "60"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "wait", model, "--url",
                         f"http://127.0.0.1:{port}", "--timeout", "600"], check=True, stdout=subprocess.DEVNULL)
         baseline = Baseline(model_dir, ns.tokens)

@@ -11,7 +11,6 @@ On one machine the ranks share its cores, so sharding is not expected to be fast
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -20,32 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from skulk.scripts.bench_decode import api_rate, free_port
+from skulk.scripts.http_client import instance_ready, request, wait_for_state
 
 MODEL = "skulk/demo-tiny"
-
-
-def request(url: str, body: dict | None = None, method: str | None = None) -> dict:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
-def wait_ready(url: str, instance_id: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = request(f"{url}/state")
-        inst = state["instances"].get(instance_id)
-        if inst:
-            rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
-            if all("RunnerReady" in state["runners"].get(r, {}) for r in rids):
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"{instance_id} not ready after {timeout}s")
 
 
 def main() -> int:
@@ -73,20 +52,15 @@ def main() -> int:
                                           start_new_session=True))
             nodes.append((f"http://127.0.0.1:{api}", cluster, api))
         url, _, port = nodes[0]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if len(request(f"{url}/state")["nodeIdentities"]) == 2:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
+        subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "admin", "wait", "--home",
+                        str(root / "n0"), "--wait", "60"], check=True, stdout=subprocess.DEVNULL)
+        wait_for_state(url, lambda s: len(s["nodeIdentities"]) == 2, 60)
         print(f"model {MODEL}, {ns.tokens} tokens, median of {ns.runs} runs, 2 nodes on one machine")
         for label, body in (("1 node", {}), ("Pipeline x2", {"min_nodes": 2, "sharding": "Pipeline"}),
                             ("Tensor x2", {"min_nodes": 2, "sharding": "Tensor"})):
             t0 = time.monotonic()
             iid = request(f"{url}/place_instance", {"model_id": MODEL, **body})["instance_id"]
-            wait_ready(url, iid)
+            wait_for_state(url, instance_ready(instance_id=iid), 300)
             ready = time.monotonic() - t0
             api_rate(port, MODEL, 8)
             rate = statistics.median(api_rate(port, MODEL, ns.tokens)[0] for _ in range(ns.runs))

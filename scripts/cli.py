@@ -97,31 +97,16 @@ def cmd_tap(ns: argparse.Namespace) -> int:
 
 
 def cmd_model_wait(ns: argparse.Namespace) -> int:
-    """Wait until MODEL is served by the node at --url (an operator tool, polls /state)."""
-    import time
-    import urllib.request
+    """Wait until MODEL is served by the node at --url (long-polls /state; no sleep loop)."""
+    from skulk.scripts.http_client import instance_ready, wait_for_state
 
-    deadline = time.monotonic() + ns.timeout
-    last = "no answer"
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{ns.url}/state", timeout=2) as resp:
-                state = json.loads(resp.read())
-            for inst in state["instances"].values():
-                ring = next(iter(inst.values()))
-                if ring["shardAssignments"]["modelId"] != ns.model:
-                    continue
-                kinds = [next(iter(state["runners"].get(r, {"none": {}})))
-                         for r in ring["shardAssignments"]["runnerToShard"]]
-                last = ", ".join(kinds)
-                if all(k in ("RunnerReady", "RunnerRunning") for k in kinds):
-                    print(f"{ns.model} is ready")
-                    return 0
-        except OSError as exc:
-            last = str(exc)
-        time.sleep(0.5)
-    print(f"{ns.model} not ready after {ns.timeout:.0f}s ({last})", file=sys.stderr)
-    return 1
+    try:
+        wait_for_state(ns.url, instance_ready(model=ns.model), ns.timeout)
+    except TimeoutError as exc:
+        print(f"{ns.model} not ready: {exc}", file=sys.stderr)
+        return 1
+    print(f"{ns.model} is ready")
+    return 0
 
 
 def cmd_model(ns: argparse.Namespace) -> int:

@@ -1,14 +1,7 @@
-"""The master's loop: election, the leader's event indexing, followers' replication, command
-forwarding, runner reconciliation.
-
-Every node runs one. The leader turns commands into indexed events (pure `commands.handle`),
-applies them, publishes them on its local bus and pushes them to every follower; followers
-apply them in order (replay or snapshot on a gap or a new session) and publish them on their
-own bus, so every API replica follows its local master. Commands from a follower's API are
-forwarded to the leader and answered within a deadline (503 with the reason otherwise),
-following the leader across elections. Runner facts (reports, process exits) go to the leader
-as `LocalEvent`s. Tokens never pass through here.
-"""
+"""The master's loop (every node runs one): election; the leader indexes events and pushes
+them to followers, which apply them in order and republish them locally; commands from any
+API reach the leader (held and re-forwarded across elections, 503 after a deadline); runner
+facts go to the leader. Tokens never pass through here. See docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -16,13 +9,13 @@ import argparse
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from typing import Any
 
 import zmq
 
 from skulk.services.base import ServiceLoop
 from skulk.services.master.commands import delete_events, handle
+from skulk.services.master.desk import CommandDesk
 from skulk.services.master.failures import FailureBook, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master import saved_state
@@ -47,8 +40,6 @@ from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.master")
 
-REPLY_CACHE = 1024
-FORWARD_DEADLINE_S = 4.0
 MAX_PEER_FRAME = 64 * 1024 * 1024
 NODE_INFO_REFRESH_S = 10.0
 ANNOUNCE_INTERVAL_S = 0.5
@@ -66,8 +57,7 @@ class Master:
         self.log: SessionLog | None = None
         self.members: dict[str, Member] = {}
         self.peers: dict[str, zmq.Socket[Any]] = {}
-        self.replies: OrderedDict[str, Message] = OrderedDict()
-        self.pending: dict[str, tuple[list[bytes] | None, float, Message]] = {}
+        self.desk = CommandDesk()
         self.local_runners: dict[str, RunnerStatus] = {}
         self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
@@ -84,7 +74,6 @@ class Master:
             make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run)),
             ns.node_id, loop.rt.args.home / "models", ns.listen, ns.advertise, lambda: self.state)
 
-    # ---- roles ----------------------------------------------------------------------------
     def act(self, actions: list[Any]) -> None:
         for action in actions:
             if isinstance(action, Broadcast):
@@ -120,7 +109,6 @@ class Master:
             except zmq.Again:
                 pass
 
-    # ---- state changes ----------------------------------------------------------------------
     def emit(self, events: list[Message]) -> None:
         """Leader only: index, apply, publish locally, push to followers."""
         batch = []
@@ -168,7 +156,6 @@ class Master:
         self.loop.publish(EVT_STATE, StateHead(idx=self.state.last_event_applied_idx,
                                                session=self.state.session), suffix="head")
 
-    # ---- commands -------------------------------------------------------------------------
     def command(self, envelope: list[bytes] | None, cmd: Message) -> None:
         if isinstance(cmd, RestartNode):
             self.restart_node(envelope, cmd)
@@ -181,20 +168,17 @@ class Master:
             self.answer(envelope, self.execute(cmd))
             return
         command_id = getattr(cmd, "command_id", "")
-        self.pending[command_id] = (envelope, time.monotonic() + FORWARD_DEADLINE_S, cmd)
+        self.desk.hold(command_id, envelope, cmd, time.monotonic())
         self.forward(command_id)
 
     def execute(self, cmd: Message) -> Message:
         command_id = getattr(cmd, "command_id", "")
-        reply = self.replies.get(command_id) if command_id else None
+        reply = self.desk.cached(command_id)
         if reply is None:
             outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex)
             self.emit(outcome.events)
             reply = outcome.reply
-            if command_id:
-                self.replies[command_id] = reply
-                while len(self.replies) > REPLY_CACHE:
-                    self.replies.popitem(last=False)
+            self.desk.remember(command_id, reply)
         return reply
 
     def answer(self, envelope: list[bytes] | None, reply: Message) -> None:
@@ -204,31 +188,19 @@ class Master:
             log.info("boot command: %s", getattr(reply, "message", reply.TYPE))
 
     def forward(self, command_id: str) -> None:
-        sock = self.leader_sock()
-        if sock is not None and command_id in self.pending:
-            send(sock, ForwardCommand(node_id=self.node_id, command=self.pending[command_id][2]),  # type: ignore[arg-type]
+        sock, held = self.leader_sock(), self.desk.held.get(command_id)
+        if sock is not None and held is not None:
+            send(sock, ForwardCommand(node_id=self.node_id, command=held.command),  # type: ignore[arg-type]
                  flags=zmq.NOBLOCK)
 
     def flush_pending(self) -> None:
-        for command_id in list(self.pending):
-            envelope, _deadline, cmd = self.pending.pop(command_id)
+        for command_id in list(self.desk.held):
             if self.election.is_leader:
-                self.answer(envelope, self.execute(cmd))
+                held = self.desk.held.pop(command_id)
+                self.answer(held.envelope, self.execute(held.command))
             else:
-                self.pending[command_id] = (envelope, _deadline, cmd)
                 self.forward(command_id)
 
-    def expire_pending(self) -> None:
-        now = time.monotonic()
-        for command_id, (envelope, deadline, _cmd) in list(self.pending.items()):
-            if now >= deadline:
-                del self.pending[command_id]
-                self.answer(envelope, CommandRejected(
-                    command_id=command_id, status=503,
-                    message=f"no cluster leader answered within {FORWARD_DEADLINE_S:.0f}s "
-                            "(an election may be in progress); please retry"))
-
-    # ---- sockets ------------------------------------------------------------------------------
     def on_local(self, sock: zmq.Socket[Any]) -> None:
         def refuse(exc: WireError) -> None:
             if isinstance(exc, RoutedDecodeError):
@@ -261,7 +233,7 @@ class Master:
                     self.runner_fact(msg.event.runner_id, msg.event.status)
             elif isinstance(msg, RestartNode) and msg.node_id == self.node_id:
                 self.restart_node(None, msg)
-            elif isinstance(msg, ForwardCommand):
+            elif isinstance(msg, ForwardCommand):  # a follower's API command, for us as leader
                 reply = (self.execute(msg.command) if self.election.is_leader else CommandRejected(
                     command_id=getattr(msg.command, "command_id", ""), status=503,
                     message="not the leader (election in progress); please retry"))
@@ -272,14 +244,12 @@ class Master:
     def on_peer(self, sock: zmq.Socket[Any]) -> None:
         for msg in drain(sock, limit=200):
             if isinstance(msg, ForwardedReply):
-                command_id = getattr(msg.reply, "command_id", "")
-                if command_id in self.pending:
-                    envelope, _d, _c = self.pending.pop(command_id)
-                    if isinstance(msg.reply, CommandRejected) and msg.reply.status == 503 \
-                            and "not the leader" in msg.reply.message:
-                        self.pending[command_id] = (envelope, _d, _c)  # wait for the next leader
-                        continue
-                    self.answer(envelope, msg.reply)
+                held = self.desk.held.get(getattr(msg.reply, "command_id", ""))
+                not_leader = isinstance(msg.reply, CommandRejected) and msg.reply.status == 503 \
+                    and "not the leader" in msg.reply.message
+                if held is not None and not not_leader:  # else: wait for the next leader
+                    del self.desk.held[msg.reply.command_id]  # type: ignore[union-attr]
+                    self.answer(held.envelope, msg.reply)
             elif isinstance(msg, EventBatch):
                 self.follow(msg)
             elif isinstance(msg, SnapshotPush):
@@ -296,7 +266,6 @@ class Master:
             elif isinstance(msg, Membership) and msg.node_id == self.node_id:
                 self.membership(msg)
 
-    # ---- facts ----------------------------------------------------------------------------------
     def runner_fact(self, runner_id: str, status: RunnerStatus) -> None:
         previous = self.state.runners.get(runner_id)
         if previous == status:
@@ -347,31 +316,27 @@ class Master:
         if not self.election.is_leader or self.node_id not in self.members:
             return  # no membership heard yet: nobody can be judged gone
         now = time.monotonic()
-        events: list[Message] = [NodeTimedOut(node_id=n) for n in self.state.nodes if n not in self.members]
+        gone = [n for n in self.state.nodes if n not in self.members]
+        for node_id in gone:
+            log.warning("node %s timed out; removing it and its instances", node_id)
+        events: list[Message] = [NodeTimedOut(node_id=n) for n in gone]
         for node_id, member in self.members.items():
             if force or node_id not in self.state.nodes or now - self.info_sent.get(node_id, 0) > NODE_INFO_REFRESH_S:
                 self.info_sent[node_id] = now
                 events.append(NodeGatheredInfo(info=member.info))
-        for ev in events:
-            if isinstance(ev, NodeTimedOut):
-                log.warning("node %s timed out; removing it and its instances", ev.node_id)
         self.emit(events)
 
-    def save_state(self) -> None:
-        if self.election.is_leader:
-            saved_state.save(self.saved_path, self.state)
-
     def restart_node(self, envelope: list[bytes] | None, cmd: RestartNode) -> None:
+        """Restart this node (its own supervisor), or pass the request to the target's master."""
+        reply: Message = CommandAccepted(command_id=cmd.command_id, message="restart_sent")
         if cmd.node_id == self.node_id:
             log.warning("restarting this node in place (asked through the API)")
             send(self.keeper.sup, AdminCommand(verb="restart"), flags=zmq.NOBLOCK)
-            reply: Message = CommandAccepted(command_id=cmd.command_id, message="restarting")
+            reply = CommandAccepted(command_id=cmd.command_id, message="restarting")
         elif cmd.node_id in self.peers:
             send(self.peers[cmd.node_id], cmd, flags=zmq.NOBLOCK)
-            reply = CommandAccepted(command_id=cmd.command_id, message="restart_sent")
         else:
-            reply = CommandRejected(command_id=cmd.command_id, status=404,
-                                    message=f"Unknown node {cmd.node_id}")
+            reply = CommandRejected(command_id=cmd.command_id, status=404, message=f"Unknown node {cmd.node_id}")
         if envelope is not None:
             send_routed(self.local, envelope, reply)
 
@@ -398,9 +363,10 @@ class Master:
         elif self.election.session and now >= self.announce_due:
             # Resend pending commands at the announce pace until answered (the leader dedupes).
             self.announce_due = now + ANNOUNCE_INTERVAL_S
-            for command_id in list(self.pending):
+            for command_id in list(self.desk.held):
                 self.forward(command_id)
-        self.expire_pending()
+        for envelope, rejected in self.desk.expired(now):
+            self.answer(envelope, rejected)
 
     def every_second(self) -> None:
         self.publish_head()
@@ -421,7 +387,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     ns.advertise = "127.0.0.1" if ns.listen in ("0.0.0.0", "::", "") else ns.listen
     master = Master(loop, ns)
     master.state = saved_state.load(master.saved_path, master.node_id) or master.state
-    loop.on_stop(master.save_state)
+    loop.on_stop(lambda: saved_state.save(master.saved_path, master.state) if master.election.is_leader else None)
     loop.add_reader(master.local, master.on_local)
     loop.add_reader(master.cluster, master.on_cluster)
     loop.add_reader(master.sub, master.on_bus)

@@ -1,0 +1,55 @@
+"""Tiny HTTP helpers for operator tools and benchmarks: JSON in and out, and waiting on a
+node's state by long-polling `GET /state?wait_after_idx=N` (no sleep loops)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+
+def request(url: str, body: Any = None, method: str | None = None, timeout: float = 60) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def wait_for_state(url: str, check: Callable[[dict[str, Any]], Any], timeout: float) -> Any:
+    """Return `check(state)` once truthy; each try blocks until the state changes (or 5 s)."""
+    deadline = time.monotonic() + timeout
+    idx: int | None = None
+    last_error = "no answer"
+    while (left := deadline - time.monotonic()) > 0:
+        query = f"?wait_after_idx={idx}&timeout={min(5.0, left):.1f}" if idx is not None else ""
+        try:
+            state = request(f"{url}/state{query}", timeout=min(left, 5.0) + 5)
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            last_error = str(exc)
+            if isinstance(exc, urllib.error.HTTPError) or "refused" not in str(exc):
+                continue  # a timeout or a 503 while the node starts: each try already waited
+            raise TimeoutError(f"no node answers at {url}: {exc}") from None
+        result = check(state)
+        if result:
+            return result
+        idx = state["lastEventAppliedIdx"]
+    raise TimeoutError(f"state condition not met within {timeout:.0f}s ({last_error})")
+
+
+def instance_ready(instance_id: str | None = None, model: str | None = None) -> Callable[[dict[str, Any]], Any]:
+    """A `wait_for_state` check: the instance (by id, or any of the model) has every runner ready."""
+    def check(state: dict[str, Any]) -> Any:
+        for iid, inst in state["instances"].items():
+            ring = next(iter(inst.values()))
+            if (instance_id and iid != instance_id) or (model and ring["shardAssignments"]["modelId"] != model):
+                continue
+            kinds = [next(iter(state["runners"].get(r, {"none": {}})))
+                     for r in ring["shardAssignments"]["runnerToShard"]]
+            if all(k in ("RunnerReady", "RunnerRunning") for k in kinds):
+                return iid
+        return None
+    return check
