@@ -54,7 +54,12 @@ def main() -> int:
         url, _, port = nodes[0]
         subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "admin", "wait", "--home",
                         str(root / "n0"), "--wait", "60"], check=True, stdout=subprocess.DEVNULL)
-        wait_for_state(url, lambda s: len(s["nodeIdentities"]) == 2, 60)
+        def formed(state: dict) -> bool:
+            """Both nodes listed, and both name the same master: one session, not two lone ones."""
+            masters = {request(f"{u}/state")["masterNodeId"] for u, _, _ in nodes}
+            return len(state["nodeIdentities"]) == 2 and len(masters) == 1
+
+        wait_for_state(url, formed, 60)
         print(f"model {MODEL}, {ns.tokens} tokens, median of {ns.runs} runs, 2 nodes on one machine")
         for label, body in (("1 node", {}), ("Pipeline x2", {"min_nodes": 2, "sharding": "Pipeline"}),
                             ("Tensor x2", {"min_nodes": 2, "sharding": "Tensor"})):
