@@ -12,6 +12,9 @@ ROLES = ("bus", "eventlog", "store", "gossip", "master", "api", "janitor")
 
 GUNICORN_TICK_S = 1.0
 RUNNER_READY_GRACE_S = 10.0
+RUNNER_MIN_LIVENESS = 10
+"""A runner beats between decode steps, and a step of a sharded instance may wait on its peer
+ranks inside a collective (longer on a loaded machine): runners get at least 10 beats."""
 """The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
 
 
@@ -58,7 +61,7 @@ def build_tree(cfg: NodeConfig, node_id: str) -> SupervisorSpec:
                        # the supervisor's ready deadline is the backstop just after it
                        ready_timeout_s=cfg.warmup_deadline_s + RUNNER_READY_GRACE_S,
                        heartbeat_s=cfg.heartbeat_s,
-                       liveness=cfg.liveness)
+                       liveness=max(cfg.liveness, RUNNER_MIN_LIVENESS))
     runners = SupervisorSpec(id="runners", strategy="simple_one_for_one",
                              intensity=cfg.runners_budget.intensity,
                              period_s=cfg.runners_budget.period_s, template=runner)
