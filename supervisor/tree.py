@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
+from skulk.wire.version import skulk_version
 
 ROLES = ("bus", "eventlog", "store", "gossip", "master", "api", "janitor")
 """Permanent roles in start order; stop order is the reverse."""
@@ -17,12 +16,6 @@ RUNNER_MIN_LIVENESS = 10
 ranks inside a collective (longer on a loaded machine): runners get at least 10 beats."""
 """The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
 
-
-def skulk_version() -> str:
-    try:
-        return version("skulk")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:

@@ -6,7 +6,6 @@ gateway whose sockets are per thread.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import falcon
@@ -16,17 +15,12 @@ from skulk.services.api.gateway import Gateway
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.admin import AdminRestartResource
 from skulk.services.api.resources.chat import ChatResource
+from skulk.wire.version import skulk_version
 from skulk.services.api.resources.cluster import (HealthResource, InstanceResource,
                                                   ModelsResource, NodeDiagnosticsResource,
                                                   NodeIdResource,
                                                   PlaceResource, PreviewsResource, StateResource)
 
-
-def skulk_version() -> str:
-    try:
-        return version("skulk")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def create_app(home: Path, run_dir: Path, node_id: str) -> falcon.App:

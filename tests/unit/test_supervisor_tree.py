@@ -79,6 +79,16 @@ def make(strategy: str, intensity: int = 5, children=("a", "b", "c", "d"), world
     return sup, world
 
 
+def unready(*children: str) -> tuple[Supervisor, World]:
+    """A supervisor whose children were started at 0.0 and have not reported ready."""
+    world = World()
+    spec = SupervisorSpec(id="top", strategy="one_for_one", intensity=10, period_s=60.0,
+                          children=tuple(child(c) for c in children))
+    sup = Supervisor(spec, world.spawn, world.emit, world.on_terminated)  # type: ignore[arg-type]
+    sup.start(0.0)
+    return sup, world
+
+
 def stop_in_turn(sup: Supervisor, world: World, now: float) -> list[str]:
     """Let each child that got SIGTERM exit, one at a time; return the order they were asked."""
     order = []
@@ -152,11 +162,7 @@ def test_stop_escalates_to_sigkill_after_the_shutdown_time():
 
 
 def test_watchdog_kills_a_child_that_never_reports_ready_and_restarts_it():
-    world = World()
-    spec = SupervisorSpec(id="top", strategy="one_for_one", intensity=5, period_s=60.0,
-                          children=(child("a"),))
-    sup = Supervisor(spec, world.spawn, world.emit, world.on_terminated)  # type: ignore[arg-type]
-    sup.start(0.0)
+    sup, world = unready("a")
     assert sup.next_deadline() == 10.0
     sup.tick(10.0)
     assert world.procs["a"].signals == ["TERM"]
@@ -180,11 +186,7 @@ def test_beats_from_a_stale_pid_are_ignored():
 
 
 def test_boot_failures_back_off_instead_of_looping():
-    world = World()
-    spec = SupervisorSpec(id="top", strategy="one_for_one", intensity=10, period_s=60.0,
-                          children=(child("a"),))
-    sup = Supervisor(spec, world.spawn, world.emit, world.on_terminated)  # type: ignore[arg-type]
-    sup.start(0.0)
+    sup, world = unready("a")
     world.exit(sup, "a", exitcodes.BOOT_FAILURE, 0.5)
     assert sup.slots["a"].state == "waiting" and sup.next_deadline() == 1.5
     sup.tick(1.5)
