@@ -34,7 +34,7 @@ class NodeConfig:
     listen: str = "0.0.0.0"
     namespace: str = "skulk"
     bootstrap_peers: tuple[str, ...] = ()
-    peer_timeout_s: float = 3.0
+    peer_timeout_s: float = 1.5
     discovery_port: int = 52417
     election_timeout_s: float = 3.0
     heartbeat_s: float = 1.0

@@ -49,7 +49,9 @@ def build_tree(cfg: NodeConfig, node_id: str) -> SupervisorSpec:
     runner = ChildSpec(id="runner", module="skulk.services.runner", title="runner",
                        args=("--warmup-deadline", repr(cfg.warmup_deadline_s),
                              "--group-connect-deadline", repr(cfg.group_connect_deadline_s)),
-                       restart="transient", shutdown_s=max(cfg.shutdown_s, 10.0),
+                       # never restarted here: the leader deletes a failed runner's instance
+                       # (stopping its other ranks) and re-creates it with back-off
+                       restart="temporary", shutdown_s=max(cfg.shutdown_s, 10.0),
                        # the runner enforces the warmup deadline itself (CRITICAL + exit 86);
                        # the supervisor's ready deadline is the backstop just after it
                        ready_timeout_s=cfg.warmup_deadline_s + RUNNER_READY_GRACE_S,

@@ -58,8 +58,12 @@ def _apply(state: State, event: object) -> State:
     if isinstance(event, NodeTimedOut):
         gone = {i for i, inst in state.instances.items() if event.node_id in inst.node_to_runner}
         runners = {r for i in gone for r in state.instances[i].runner_to_shard}
+        deleted = {**state.deleted, **{i: DeletionNote(
+            model_id=state.instances[i].model_id, when=event.when,
+            reason=f"lost with node {event.node_id} (timed out)") for i in sorted(gone)}}
         return replace(
             state, nodes={k: v for k, v in state.nodes.items() if k != event.node_id},
+            deleted=dict(list(deleted.items())[-DELETIONS_KEPT:]),
             instances={k: v for k, v in state.instances.items() if k not in gone},
             runners={k: v for k, v in state.runners.items() if k not in runners},
             tasks={k: v for k, v in state.tasks.items() if v.instance_id not in gone})

@@ -118,6 +118,10 @@ class NodeInfo(Message):
     disk_available: int = 0
 
 
+DELETED_BY_OPERATOR = "deleted by operator"
+"""The reason of an operator's delete: its streams end as cancelled, not as lost."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeletionNote(Message):
     """Why an instance went away (shown in /state as `deletedInstances`; the last few kept)."""
@@ -198,6 +202,7 @@ class NodeTimedOut(Message):
 
     TYPE: ClassVar[str] = "event.node_timed_out"
     node_id: str
+    when: float = 0.0  # wall clock, for the deletion notes of its instances
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

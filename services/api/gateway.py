@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.api.replica import StateReplica
 from skulk.wire import endpoints
@@ -25,7 +26,7 @@ from skulk.wire.errors import WireError
 from skulk.wire.inference import Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket, recv, send
-from skulk.wire.state import SERVING_KINDS, TaskParams
+from skulk.wire.state import DELETED_BY_OPERATOR, SERVING_KINDS, TaskParams
 
 COMMAND_TIMEOUT_S = 5.0
 SLICE_S = 0.1
@@ -33,6 +34,9 @@ KEEPALIVE_S = 10.0
 STALL_S = 120.0
 FIRST_TOKEN_S = 600.0
 EXPLAIN_S = 0.3
+LINK_EXPLAIN_S = 0.15
+"""After a dropped link, a short wait for the state's cause (a local runner's exit code reaches
+the replica in ~50 ms; a killed node's takes the gossip grace, too long to wait for)."""
 
 
 class MasterUnavailable(RuntimeError):
@@ -45,7 +49,22 @@ class KeepAlive:
 
 
 INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
-RUNNER_LOST = "The runner executing this request was lost ({detail}); please retry"
+INSTANCE_LOST = "The instance executing this request was lost (node disconnected or instance deleted)"
+RUNNER_LOST = "Runner shutdown before completing command ({detail})"
+LINK_LOST = "connection to the runner closed"
+SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "
+                   "flight; please retry")
+
+
+def _link_dropped(monitor: zmq.Socket[Any]) -> bool:
+    """Drain a DEALER's monitor; True when it reported the TCP link dropping."""
+    dropped = False
+    while True:
+        try:
+            event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return dropped
+        dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED
 
 
 class Gateway:
@@ -73,31 +92,39 @@ class Gateway:
         raise MasterUnavailable("the master did not answer in time; please retry")
 
     # ---- runners ----------------------------------------------------------------------------
-    def _dealer(self, endpoint: str) -> zmq.Socket[Any]:
-        socks: dict[str, zmq.Socket[Any]] = getattr(self._local, "dealers", None) or {}
+    def _dealer(self, endpoint: str) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
+        """This thread's DEALER to a runner and the monitor that reports its TCP link dropping
+        (the runner's process, or its whole node, is gone: no need to wait for the state)."""
+        socks: dict[str, tuple[zmq.Socket[Any], zmq.Socket[Any]]] = getattr(self._local, "dealers", None) or {}
         self._local.dealers = socks
         if endpoint not in socks:
-            socks[endpoint] = make_socket(self.ctx, zmq.DEALER, hwm=100000, connect=endpoint)
+            sock = make_socket(self.ctx, zmq.DEALER, hwm=100000, connect=endpoint)
+            socks[endpoint] = (sock, sock.get_monitor_socket(zmq.EVENT_DISCONNECTED))
         return socks[endpoint]
 
     def cancel(self, endpoint: str, request_id: str) -> None:
         try:
-            send(self._dealer(endpoint), Cancel(request_id=request_id), flags=zmq.NOBLOCK)
+            send(self._dealer(endpoint)[0], Cancel(request_id=request_id), flags=zmq.NOBLOCK)
         except zmq.ZMQError:
             pass
 
     def stream(self, endpoint: str, request_id: str, task_id: str, instance_id: str,
                runner_id: str, params: TaskParams) -> Iterator[Message | KeepAlive]:
         """Started / Progress / TokenChunk ... then exactly one Done or Failed (or KeepAlive)."""
-        sock = self._dealer(endpoint)
+        sock, monitor = self._dealer(endpoint)
+        _link_dropped(monitor)  # an earlier incarnation's drop says nothing about this request
         send(sock, Generate(request_id=request_id, task_id=task_id, params=params))
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         now = time.monotonic()
         last_msg = last_out = now
         first_by = now + FIRST_TOKEN_S
         got_token = False
         next_check = now + SLICE_S
         while True:
-            if sock.poll(int(SLICE_S * 1000), zmq.POLLIN):
+            ready = dict(poller.poll(int(SLICE_S * 1000)))
+            if sock in ready:
                 try:
                     msg = recv(sock, flags=zmq.NOBLOCK)
                 except (zmq.Again, WireError):
@@ -111,6 +138,11 @@ class Gateway:
                     yield msg
                     if isinstance(msg, (Done, Failed)):
                         return
+                continue  # drain the runner before anything else
+            if monitor in ready and _link_dropped(monitor):
+                yield self._explain(Failed(request_id=request_id, error=RUNNER_LOST.format(detail=LINK_LOST)),
+                                    instance_id, runner_id, endpoint, wait_s=LINK_EXPLAIN_S)
+                return
             now = time.monotonic()
             if now < next_check:
                 continue
@@ -130,10 +162,11 @@ class Gateway:
                 last_out = now
                 yield KeepAlive()
 
-    def _explain(self, failed: Failed, instance_id: str, runner_id: str, endpoint: str) -> Failed:
+    def _explain(self, failed: Failed, instance_id: str, runner_id: str, endpoint: str,
+                 wait_s: float = EXPLAIN_S) -> Failed:
         """A runner's own error is often a symptom (a peer rank was stopped because the instance
-        was deleted): give the state up to EXPLAIN_S to catch up and prefer its cause."""
-        deadline = time.monotonic() + EXPLAIN_S
+        was deleted): give the state up to `wait_s` to catch up and prefer its cause."""
+        deadline = time.monotonic() + wait_s
         while True:
             lost = self._lost(instance_id, runner_id, endpoint)
             if lost:
@@ -155,7 +188,14 @@ class Gateway:
             return ""
         inst = state.instances.get(instance_id)
         if inst is None:
-            return INSTANCE_DELETED
+            note = state.deleted.get(instance_id)
+            if note is not None and note.reason == DELETED_BY_OPERATOR:
+                return INSTANCE_DELETED
+            if note is not None and note.reason.startswith("runner "):  # deleted for re-creation
+                return RUNNER_LOST.format(detail=note.reason)
+            return INSTANCE_LOST
+        if self.replica.departed.intersection(inst.node_to_runner):
+            return INSTANCE_LOST
         for rid in inst.runner_to_shard:  # every rank must still serve: they run one loop
             status = state.runners.get(rid)
             if status is None:

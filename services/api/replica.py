@@ -39,6 +39,10 @@ class StateReplica:
         self._asked_at: float | None = None
         self._behind_since: float | None = None
         self.members = 0  # live nodes per this node's gossip (may run ahead of the state)
+        self._member_ids: frozenset[str] = frozenset()
+        self.departed: frozenset[str] = frozenset()
+        """Nodes this node's gossip knew and has since declared gone: a stream on one of them
+        ends now, without waiting for the leader's `NodeTimedOut` to come back round."""
         self.started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="state-replica", daemon=True)
         self._thread.start()
@@ -116,7 +120,10 @@ class StateReplica:
 
     def _on_bus(self, msg: object) -> None:
         if isinstance(msg, Membership):
-            self.members = len(msg.members)
+            ids = frozenset(m.info.node_id for m in msg.members)
+            self.members = len(ids)
+            self.departed = (self.departed | (self._member_ids - ids)) - ids
+            self._member_ids = ids
             return
         state = self._state
         if isinstance(msg, IndexedEvent):

@@ -36,6 +36,16 @@ class PeerTable:
             del self.peers[n]
         return gone
 
+    def disconnected(self, endpoint: str, now: float, grace_s: float) -> str | None:
+        """Our TCP link to `endpoint` dropped: its node must say hello again within `grace_s`
+        or be declared gone (a killed node is noticed at once, a restarted gossip role has time
+        to come back). The node id, or None for an endpoint of no known peer."""
+        for node_id, peer in self.peers.items():
+            if f"{peer.address}:{peer.hello.gossip_port}" == endpoint:
+                peer.last_seen = min(peer.last_seen, now - self.timeout_s + grace_s)
+                return node_id
+        return None
+
     def endpoints(self) -> set[str]:
         return {f"{p.address}:{p.hello.gossip_port}" for p in self.peers.values()}
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.base import ServiceLoop
 from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
@@ -29,7 +30,11 @@ from skulk.wire.topics import EVT_CLUSTER
 log = logging.getLogger("skulk.gossip")
 
 MAX_PEER_FRAME = 1024 * 1024
-HELLO_INTERVAL_S = 0.5
+HELLO_INTERVAL_S = 0.25
+DISCONNECT_GRACE_S = 1.0
+"""After our TCP link to a peer drops, how long its node has to say hello again before it is
+declared gone: a killed node is noticed in this time instead of the peer timeout, while a
+peer whose gossip role was restarted (back in well under a second) stays."""
 DISCOVERY_PORT = 52417
 DISCOVERY_INTERVAL_S = 2.0
 LEARNED_TTL_S = 10.0
@@ -61,6 +66,7 @@ class Gossip:
         self.router = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
                                   bind=f"tcp://{ns.listen}:{ns.port}")
         self.dealers: dict[str, zmq.Socket[Any]] = {}
+        self.monitors: dict[str, zmq.Socket[Any]] = {}
         self.bootstrap = {p for p in ns.peers.split(",") if p}
         self.learned: dict[str, float] = {}  # endpoint -> until (monotonic), from peers or UDP
         self.started = time.time()
@@ -83,6 +89,7 @@ class Gossip:
                 sock = make_socket(self.loop.ctx, zmq.DEALER, hwm=10, max_msg_bytes=MAX_PEER_FRAME,
                                    connect=f"tcp://{endpoint}")
                 self.dealers[endpoint] = sock
+                self.watch(endpoint, sock)
             try:
                 send(sock, msg, flags=zmq.NOBLOCK)
             except zmq.Again:
@@ -121,7 +128,33 @@ class Gossip:
         self.learned = {e: t for e, t in self.learned.items() if t > now}
         live = self.table.endpoints() | self.bootstrap | set(self.learned)
         for endpoint in [e for e in self.dealers if e not in live]:
+            self.unwatch(endpoint)
             self.dealers.pop(endpoint).close(0)
+
+    # ---- TCP link monitoring -----------------------------------------------------------------
+    def watch(self, endpoint: str, sock: zmq.Socket[Any]) -> None:
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.monitors[endpoint] = monitor
+        self.loop.add_reader(monitor, lambda m: self.on_monitor(endpoint, m))
+
+    def unwatch(self, endpoint: str) -> None:
+        monitor = self.monitors.pop(endpoint, None)
+        if monitor is not None:
+            self.loop.remove_reader(monitor)
+            self.dealers[endpoint].disable_monitor()
+            monitor.close(0)
+
+    def on_monitor(self, endpoint: str, monitor: zmq.Socket[Any]) -> None:
+        for _ in range(64):
+            try:
+                event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                node_id = self.table.disconnected(endpoint, time.monotonic(), DISCONNECT_GRACE_S)
+                if node_id is not None:
+                    log.info("gossip: link to node %s (%s) dropped; %.1fs to say hello again",
+                             node_id, endpoint, DISCONNECT_GRACE_S)
 
     def publish(self, me: NodeInfo) -> None:
         members = [Member(info=me, master_endpoint=f"tcp://{self.addresses[0]}:{self.ns.master_port}")]
@@ -172,7 +205,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--node-id", required=True)
     p.add_argument("--namespace", default="skulk")
     p.add_argument("--peers", default="")
-    p.add_argument("--peer-timeout", type=float, default=3.0)
+    p.add_argument("--peer-timeout", type=float, default=1.5)
     p.add_argument("--discovery-port", type=int, default=DISCOVERY_PORT)
     p.add_argument("--version", default="0")
     ns = p.parse_args(argv)

@@ -12,7 +12,7 @@ from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstanc
                                  Reply, Routed, SnapshotRequest, StateSnapshot, TaskCancelled,
                                  TaskFinished, TextGeneration)
 from skulk.wire.message import Message
-from skulk.wire.state import (InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
+from skulk.wire.state import (DELETED_BY_OPERATOR, InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
                               TaskDeleted, TaskStatusUpdated)
 
 
@@ -49,7 +49,7 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str]) -> Outcome:
             return Outcome(CommandRejected(command_id=cmd.command_id, status=404,
                                            message="Instance not found"))
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
-                       delete_events(state, cmd.instance_id, "deleted by operator", time.time()))
+                       delete_events(state, cmd.instance_id, DELETED_BY_OPERATOR, time.time()))
     if isinstance(cmd, TextGeneration):
         found = route(state, cmd.params.model)
         if isinstance(found, RouteError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,9 @@ import zmq
 from skulk.services.master.runner_plan import plan
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.sockets import drain, send
-from skulk.wire.state import State
+from skulk.wire.state import IndexedEvent, InstanceCreated, InstanceDeleted, NodeTimedOut, State
+
+PLACEMENT_EVENTS = (InstanceCreated, InstanceDeleted, NodeTimedOut)
 
 log = logging.getLogger("skulk.master")
 
@@ -37,6 +39,11 @@ class RunnerKeeper:
             return
         self.status_pending_since = now
         send(self.sup, AdminCommand(verb="status"), flags=zmq.NOBLOCK)
+
+    def poke(self, events: Sequence[IndexedEvent]) -> None:
+        """Reconcile now when instances come or go: a dead instance's other ranks stop at once."""
+        if any(isinstance(e.event, PLACEMENT_EVENTS) for e in events):
+            self.ask()
 
     def on_reply(self, sock: zmq.Socket[Any]) -> None:
         for reply in drain(sock, limit=100):

@@ -14,11 +14,12 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import delete_events, handle
+from skulk.services.master.commands import handle
 from skulk.services.master.desk import CommandDesk
-from skulk.services.master.failures import FailureBook, process_ended
+from skulk.services.master.failures import ORDERLY_STOP, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master import saved_state
+from skulk.services.master.recovery import Recovery
 from skulk.services.master.replication import SessionLog, seed
 from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
@@ -61,7 +62,7 @@ class Master:
         self.local_runners: dict[str, RunnerStatus] = {}
         self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
-        self.failures = FailureBook()
+        self.recovery = Recovery()
         self.saved_path = loop.rt.args.run_dir / "master-state.bin"
         self.announce_due = 0.0
         run = loop.rt.args.run_dir
@@ -122,6 +123,7 @@ class Master:
             batch.append(indexed)
         if batch:
             self.to_peers(EventBatch(session=self.state.session, events=tuple(batch)))
+            self.keeper.poke(batch)
 
     def follow(self, batch: EventBatch) -> None:
         if self.election.is_leader:
@@ -137,6 +139,7 @@ class Master:
                 return
             self.state = apply(self.state, ev)
             self.loop.publish(EVT_STATE, ev, suffix=ev.event.TYPE)
+        self.keeper.poke(batch.events)
 
     def ask_replay(self, since: int) -> None:
         sock = self.leader_sock()
@@ -279,17 +282,15 @@ class Master:
                 runner_id=runner_id, status=status)), flags=zmq.NOBLOCK)
 
     def runner_failed(self, runner_id: str, error: str) -> None:
-        """Leader: a wedge deletes the instance at once, a crash loop after 3 failures in 60 s;
-        otherwise the runner's supervisor restarts it."""
-        inst = next((i for i in self.state.instances.values() if runner_id in i.runner_to_shard), None)
-        if inst is None:
-            return
-        why = self.failures.verdict(inst.instance_id, error, time.monotonic())
-        if why is None:
-            log.warning("runner %s of instance %s failed: %s", runner_id, inst.instance_id, error)
-            return
-        log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, why)
-        self.emit(delete_events(self.state, inst.instance_id, why, time.time()))
+        """Leader: delete the instance now; re-create it after a back-off or give it up."""
+        if error.startswith(ORDERLY_STOP):
+            return  # its own node stopped it (the plan, a shutdown or a restart): not a failure
+        self.emit(self.recovery.runner_failed(self.state, runner_id, error, time.monotonic(), time.time()))
+
+    def recreate_due(self) -> None:
+        for pending in self.recovery.due(time.monotonic()):
+            if self.election.is_leader:
+                self.recovery.placed(pending, self.execute(pending.command))
 
     def membership(self, msg: Membership) -> None:
         members = {m.info.node_id: m for m in msg.members}
@@ -319,7 +320,7 @@ class Master:
         gone = [n for n in self.state.nodes if n not in self.members]
         for node_id in gone:
             log.warning("node %s timed out; removing it and its instances", node_id)
-        events: list[Message] = [NodeTimedOut(node_id=n) for n in gone]
+        events: list[Message] = [NodeTimedOut(node_id=n, when=time.time()) for n in gone]
         for node_id, member in self.members.items():
             if force or node_id not in self.state.nodes or now - self.info_sent.get(node_id, 0) > NODE_INFO_REFRESH_S:
                 self.info_sent[node_id] = now
@@ -367,6 +368,7 @@ class Master:
                 self.forward(command_id)
         for envelope, rejected in self.desk.expired(now):
             self.answer(envelope, rejected)
+        self.recreate_due()
 
     def every_second(self) -> None:
         self.publish_head()

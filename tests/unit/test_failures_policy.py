@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skulk.services.master.failures import FailureBook
+from skulk.services.master.failures import FailureBook, GiveUp, Recreate
 from skulk.supervisor import exitcodes
 from skulk.supervisor.strategy import should_restart
 
@@ -10,22 +10,25 @@ from skulk.supervisor.strategy import should_restart
 def test_a_wedge_deletes_at_once():
     book = FailureBook()
     why = book.verdict("i", "Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))", 0.0)
-    assert why and "not retried" in why
+    assert isinstance(why, GiveUp) and "not retried" in why.reason
 
 
-def test_three_failures_in_sixty_seconds_is_a_crash_loop():
+def test_failures_recreate_with_doubling_backoff_then_a_crash_loop_gives_up():
     book = FailureBook()
-    assert book.verdict("i", "Terminated (signal 6 (SIGABRT))", 0.0) is None
-    assert book.verdict("i", "Terminated (signal 6 (SIGABRT))", 10.0) is None
-    assert book.verdict("other", "x", 11.0) is None
-    why = book.verdict("i", "Terminated (signal 6 (SIGABRT))", 20.0)
-    assert why and why.startswith("crash loop: 3 runner failures within 60s")
+    assert book.verdict("i", "Terminated (signal 6 (SIGABRT))", 0.0) == Recreate(0.5)
+    book.replaced("i", "i2")  # the re-created instance carries the count on
+    assert book.verdict("i2", "Terminated (signal 6 (SIGABRT))", 10.0) == Recreate(1.0)
+    book.replaced("i2", "i3")
+    assert book.verdict("other", "x", 11.0) == Recreate(0.5)
+    why = book.verdict("i3", "Terminated (signal 6 (SIGABRT))", 20.0)
+    assert isinstance(why, GiveUp) and why.reason.startswith("crash loop: 3 runner failures within 60s")
 
 
 def test_old_failures_age_out():
     book = FailureBook()
-    for t in (0.0, 30.0, 61.0, 92.0):
-        assert book.verdict("i", "boom", t) is None
+    verdicts = [book.verdict("i", "boom", t) for t in (0.0, 30.0, 61.0, 92.0)]
+    assert verdicts == [Recreate(0.5), Recreate(1.0), Recreate(1.0), Recreate(1.0)]
+    assert book.verdict("i", "boom", 200.0) == Recreate(0.5)
 
 
 def test_wedged_and_group_connect_exits_are_never_restarted():
