@@ -138,8 +138,7 @@ class Gateway:
                     yield msg
                     if isinstance(msg, (Done, Failed)):
                         return
-                continue  # drain the runner before anything else
-            if monitor in ready and _link_dropped(monitor):
+            elif monitor in ready and _link_dropped(monitor):  # its output is drained first
                 yield self._explain(Failed(request_id=request_id, error=RUNNER_LOST.format(detail=LINK_LOST)),
                                     instance_id, runner_id, endpoint, wait_s=LINK_EXPLAIN_S)
                 return
