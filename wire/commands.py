@@ -14,6 +14,11 @@ from skulk.wire.models import ModelCard
 from skulk.wire.state import State, TaskParams
 
 
+SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "
+                   "flight; please retry")
+"""Upstream's words for a command that was in flight when its leader went away."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlaceInstance(Message):
     TYPE: ClassVar[str] = "command.place_instance"

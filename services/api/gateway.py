@@ -52,8 +52,6 @@ INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
 INSTANCE_LOST = "The instance executing this request was lost (node disconnected or instance deleted)"
 RUNNER_LOST = "Runner shutdown before completing command ({detail})"
 LINK_LOST = "connection to the runner closed"
-SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "
-                   "flight; please retry")
 
 
 def _link_dropped(monitor: zmq.Socket[Any]) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from skulk.wire.commands import CommandRejected
+from skulk.wire.commands import SESSION_CHANGED, CommandRejected
 from skulk.wire.message import Message
 
 REPLY_CACHE = 1024
@@ -48,4 +48,16 @@ class CommandDesk:
                     command_id=command_id, status=503,
                     message=f"no cluster leader answered within {FORWARD_DEADLINE_S:.0f}s "
                             "(an election may be in progress); please retry")))
+        return out
+
+    def session_changed(self) -> list[tuple[list[bytes], CommandRejected]]:
+        """The leader went away: the commands held for it fail now with the session-changed
+        error (the client retries), as upstream's API does at a failover. The master's own
+        commands (`--place`) stay held for the next leader."""
+        out = []
+        for command_id, held in list(self.held.items()):
+            if held.envelope is not None:
+                del self.held[command_id]
+                out.append((held.envelope, CommandRejected(command_id=command_id, status=503,
+                                                           message=SESSION_CHANGED)))
         return out

@@ -76,6 +76,9 @@ class Master:
             ns.node_id, loop.rt.args.home / "models", ns.listen, ns.advertise, lambda: self.state)
 
     def act(self, actions: list[Any]) -> None:
+        if actions and self.desk.held:  # a session boundary: what was in flight cannot carry over
+            for envelope, rejected in self.desk.session_changed():
+                self.answer(envelope, rejected)
         for action in actions:
             if isinstance(action, Broadcast):
                 log.info("campaigning for leader (clock %d, %d member(s), last index %d)",
