@@ -52,8 +52,9 @@ class Campaign(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAnnounce(Message):
-    """The leader, every 0.5 s: its session, clock, seniority (largest cluster it has led)
-    and head index."""
+    """The leader, every 0.5 s: its session, clock, seniority (largest cluster it has led),
+    head index and how many state-changing commands it has executed (upstream's
+    `commandsSeen`: of two lone leaders that meet, the one that was used wins)."""
 
     TYPE: ClassVar[str] = "cluster.leader_announce"
     node_id: str
@@ -61,6 +62,7 @@ class LeaderAnnounce(Message):
     clock: int
     seniority: int
     head: int
+    commands: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,6 +17,8 @@ from skulk.wire.state import State, TaskParams
 SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "
                    "flight; please retry")
 """Upstream's words for a command that was in flight when its leader went away."""
+RESTART_PENDING = "restart_already_pending"
+"""The 409 of `POST /admin/restart` while the node's restart is under way."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -89,6 +89,20 @@ class Gateway:
             self._local.req = None
         raise MasterUnavailable("the master did not answer in time; please retry")
 
+    def tell(self, cmd: Message) -> None:
+        """Send a bookkeeping command (task finished or cancelled) without waiting: the client's
+        answer must never wait on the master (which may be the node that just died)."""
+        sock = getattr(self._local, "teller", None)
+        if sock is None:
+            sock = make_socket(self.ctx, zmq.DEALER, hwm=1000, connect=endpoints.master_local(self.run_dir))
+            self._local.teller = sock
+        while sock.poll(0, zmq.POLLIN):  # earlier replies, unread by design
+            sock.recv_multipart(zmq.NOBLOCK)
+        try:
+            send(sock, cmd, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # the master is away: the task is only bookkeeping once the client has its answer
+
     # ---- runners ----------------------------------------------------------------------------
     def _dealer(self, endpoint: str) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
         """This thread's DEALER to a runner and the monitor that reports its TCP link dropping

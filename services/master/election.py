@@ -2,8 +2,9 @@
 
 - Boot: a node is at once the leader of its own one-node session (upstream's instant initial
   campaign), so a lone node serves immediately.
-- Meeting: leaders announce `(seniority, clock, node id)` every 0.5 s; a leader that hears a
-  higher key steps down and follows. A leader's seniority is the largest cluster it has led,
+- Meeting: leaders announce `(seniority, clock, commands, node id)` every 0.5 s; a leader that
+  hears a higher key steps down and follows (commands: state-changing commands it executed, so
+  a lone node that was placed on is not deposed by a fresh one, whose state would win). A leader's seniority is the largest cluster it has led,
   counted by nodes that actually follow it (they ask it for the state), never by the gossip
   member count, so a late joiner or a healed lone node never deposes an established leader.
 - Loss: when the leader leaves the gossip membership (or stops announcing), every node
@@ -45,11 +46,16 @@ Action = Broadcast | BecomeLeader | Follow
 class Election:
     node_id: str
     timeout_s: float = DEFAULT_ELECTION_TIMEOUT
+    incarnation: str = ""
+    """Part of every session id this process opens: a node restarted in place keeps its node
+    id and starts its clock again, and its new session must not pass for the old one (whose
+    followers would take the new events for ones they already have)."""
     clock: int = 0
     seniority: int = 0
     leader: str | None = None
     session: str = ""
-    leader_key: tuple[int, int, str] = (0, 0, "")
+    leader_key: tuple[int, int, int, str] = (0, 0, 0, "")
+    commands: int = 0  # state-changing commands executed as leader
     leader_seen: float = 0.0
     campaign_until: float | None = None
     candidates: dict[str, Campaign] = field(default_factory=dict)
@@ -60,8 +66,8 @@ class Election:
     def is_leader(self) -> bool:
         return self.leader == self.node_id
 
-    def key(self) -> tuple[int, int, str]:
-        return (self.seniority, self.clock, self.node_id)
+    def key(self) -> tuple[int, int, int, str]:
+        return (self.seniority, self.clock, self.commands, self.node_id)
 
     def boot(self, now: float) -> list[Action]:
         self.clock = 1
@@ -70,14 +76,15 @@ class Election:
     def _win(self, now: float, size: int) -> list[Action]:
         self.seniority = max(self.seniority, size)
         self.followers = set()
-        self.leader, self.session = self.node_id, f"{self.clock}-{self.node_id}"
+        self.leader = self.node_id
+        self.session = f"{self.clock}-{self.node_id}" + (f"-{self.incarnation}" if self.incarnation else "")
         self.leader_key, self.leader_seen = self.key(), now
         self.campaign_until, self.candidates = None, {}
         return [BecomeLeader(self.session)]
 
     def announce(self, head: int) -> LeaderAnnounce:
         return LeaderAnnounce(node_id=self.node_id, session=self.session, clock=self.clock,
-                              seniority=self.seniority, head=head)
+                              seniority=self.seniority, head=head, commands=self.commands)
 
     def start(self, now: float, last_idx: int) -> list[Action]:
         self.clock += 1
@@ -118,7 +125,7 @@ class Election:
         return []
 
     def on_announce(self, msg: LeaderAnnounce, now: float) -> list[Action]:
-        theirs = (msg.seniority, msg.clock, msg.node_id)
+        theirs = (msg.seniority, msg.clock, msg.commands, msg.node_id)
         if msg.node_id == self.node_id:
             return []
         if self.is_leader and theirs < self.key():

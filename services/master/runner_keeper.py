@@ -1,6 +1,7 @@
-"""Keeps this node's runner processes in line with the state (the master's socket to its own
-supervisor): every second ask which runners exist, then start or stop runners per the pure
-`runner_plan.plan`. One DEALER, owned by the master's loop thread."""
+"""The master's socket to its own node's supervisor: keeps this node's runner processes in line
+with the state (every second, and at once when instances come or go, ask which runners exist,
+then start or stop runners per the pure `runner_plan.plan`), and asks for the node's in-place
+restart. One DEALER, owned by the master's loop thread."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import zmq
 
 from skulk.services.master.runner_plan import plan
+from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, Reply
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.sockets import drain, send
 from skulk.wire.state import IndexedEvent, InstanceCreated, InstanceDeleted, NodeTimedOut, State
@@ -32,6 +34,17 @@ class RunnerKeeper:
         self.listen, self.advertise, self.state = listen, advertise, state
         self.status_pending_since: float | None = None
         self.requested: dict[str, float] = {}
+        self.restart_asked = False
+
+    def restart_node(self, command_id: str) -> Reply:
+        """Ask the supervisor to restart the node in place; a second ask is upstream's 409 (this
+        process is replaced by the restart, so the flag lives exactly as long as it must)."""
+        if self.restart_asked:
+            return CommandRejected(command_id=command_id, status=409, message=RESTART_PENDING)
+        log.warning("restarting this node in place (asked through the API)")
+        send(self.sup, AdminCommand(verb="restart"), flags=zmq.NOBLOCK)
+        self.restart_asked = True
+        return CommandAccepted(command_id=command_id, message="restarting")
 
     def ask(self) -> None:
         now = time.monotonic()

@@ -27,7 +27,6 @@ from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedR
                                 LocalEvent, Member, Membership, ReplayRequest, SnapshotPush)
 from skulk.wire.commands import (CommandAccepted, CommandRejected, PlaceInstance, RestartNode,
                                  SnapshotRequest, StateSnapshot)
-from skulk.wire.control import AdminCommand
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.message import Message
@@ -53,7 +52,7 @@ def _rejected(exc: WireError) -> None:
 class Master:
     def __init__(self, loop: ServiceLoop, ns: argparse.Namespace) -> None:
         self.loop, self.ns, self.node_id = loop, ns, ns.node_id
-        self.election = Election(ns.node_id, timeout_s=ns.election_timeout)
+        self.election = Election(ns.node_id, timeout_s=ns.election_timeout, incarnation=uuid.uuid4().hex[:6])
         self.state = State()
         self.log: SessionLog | None = None
         self.members: dict[str, Member] = {}
@@ -183,6 +182,7 @@ class Master:
         if reply is None:
             outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex)
             self.emit(outcome.events)
+            self.election.commands += bool(outcome.events)
             reply = outcome.reply
             self.desk.remember(command_id, reply)
         return reply
@@ -223,9 +223,10 @@ class Master:
                 self.act(self.election.on_campaign(msg, now, self.state.last_event_applied_idx))
             elif isinstance(msg, LeaderAnnounce):
                 self.act(self.election.on_announce(msg, now))
-                if self.election.leader == msg.node_id and msg.session == self.state.session \
-                        and msg.head > self.state.last_event_applied_idx:
-                    self.ask_replay(self.state.last_event_applied_idx)
+                if self.election.leader == msg.node_id and msg.session == self.election.session:
+                    behind = msg.session != self.state.session or msg.head > self.state.last_event_applied_idx
+                    if behind:  # e.g. the first replay request went out before we could reach it
+                        self.ask_replay(self.state.last_event_applied_idx if msg.session == self.state.session else -1)
             elif isinstance(msg, EventBatch):
                 self.follow(msg)
             elif isinstance(msg, ReplayRequest) and self.election.is_leader and self.log is not None:
@@ -334,9 +335,7 @@ class Master:
         """Restart this node (its own supervisor), or pass the request to the target's master."""
         reply: Message = CommandAccepted(command_id=cmd.command_id, message="restart_sent")
         if cmd.node_id == self.node_id:
-            log.warning("restarting this node in place (asked through the API)")
-            send(self.keeper.sup, AdminCommand(verb="restart"), flags=zmq.NOBLOCK)
-            reply = CommandAccepted(command_id=cmd.command_id, message="restarting")
+            reply = self.keeper.restart_node(cmd.command_id)
         elif cmd.node_id in self.peers:
             send(self.peers[cmd.node_id], cmd, flags=zmq.NOBLOCK)
         else:

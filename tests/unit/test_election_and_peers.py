@@ -27,6 +27,15 @@ def test_meeting_leaders_converge_on_the_higher_key():
     assert a.leader == b.leader == "b"
 
 
+def test_a_lone_leader_that_executed_commands_is_not_deposed_by_a_fresh_one():
+    used, fresh = Election("a"), Election("z")
+    used.boot(0.0)
+    fresh.boot(0.0)
+    used.commands = 1  # e.g. a placement: its state must not be thrown away
+    assert used.on_announce(fresh.announce(0), 0.5) == []
+    assert fresh.on_announce(used.announce(0), 0.5) == [Follow("a", "1-a")]
+
+
 def test_an_established_leader_is_not_deposed_by_a_late_joiner():
     c = Election("c")
     c.boot(0.0)

@@ -9,7 +9,7 @@ import falcon
 
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.resources.common import command
-from skulk.wire.commands import CommandAccepted, RestartNode
+from skulk.wire.commands import RESTART_PENDING, CommandAccepted, RestartNode
 
 
 class AdminRestartResource:
@@ -19,6 +19,14 @@ class AdminRestartResource:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         target = req.get_param("node_id") or self.node_id
-        reply = command(self.gateway, RestartNode(command_id=uuid.uuid4().hex, node_id=target))
+        restart = RestartNode(command_id=uuid.uuid4().hex, node_id=target)
+        try:
+            reply = command(self.gateway, restart)
+        except falcon.HTTPError as exc:
+            if exc.status_code == 409 and exc.description == RESTART_PENDING:
+                resp.status = falcon.HTTP_409  # upstream's body, not the error envelope
+                resp.media = {"status": RESTART_PENDING, "node_id": target}
+                return
+            raise
         status = reply.message if isinstance(reply, CommandAccepted) else "restart_sent"
         resp.media = {"status": status, "node_id": target}

@@ -17,7 +17,7 @@ import falcon
 
 from skulk.services.api import openai_format as fmt
 from skulk.services.api.chat_request import ApiError, check_context, parse
-from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
+from skulk.services.api.gateway import Gateway, KeepAlive
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.common import command, http_error, json_body, state_or_503
 from skulk.wire.commands import Routed, TaskCancelled, TaskFinished, TextGeneration
@@ -62,10 +62,7 @@ class ChatResource:
                if cancelled else TaskFinished(command_id=uuid.uuid4().hex,
                                               finished_command_id=routed.command_id,
                                               failed=not ok, error_message=error))
-        try:
-            self.gateway.command(cmd, timeout=1.0)
-        except MasterUnavailable:
-            pass  # best effort: the task is only bookkeeping once the client has its answer
+        self.gateway.tell(cmd)
 
     def _messages(self, routed: Routed, params: TaskParams):  # type: ignore[no-untyped-def]
         return self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id,
