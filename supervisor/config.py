@@ -47,6 +47,8 @@ class NodeConfig:
     group_connect_deadline_s: float = 120.0
     api_workers: int = 1
     api_threads: int = 16
+    api_keepalive_s: float = 10.0
+    api_stall_timeout_s: float = 120.0
     trace_retention_days: float = 3.0
     place: tuple[str, ...] = ()
     config_path: Path | None = None
@@ -61,7 +63,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
                 "election_timeout_s": ("election_timeout_s", float)},
     "heartbeat": {"interval_s": ("heartbeat_s", float), "liveness": ("liveness", int)},
     "children": {"ready_timeout_s": ("ready_timeout_s", float), "shutdown_s": ("shutdown_s", float)},
-    "api": {"workers": ("api_workers", int), "threads": ("api_threads", int)},
+    "api": {"workers": ("api_workers", int), "threads": ("api_threads", int),
+            "keepalive_s": ("api_keepalive_s", float), "stall_timeout_s": ("api_stall_timeout_s", float)},
     "runner": {"warmup_deadline_s": ("warmup_deadline_s", float),
                "group_connect_deadline_s": ("group_connect_deadline_s", float)},
     "tracing": {"retention_days": ("trace_retention_days", float)},
@@ -177,5 +180,7 @@ def _check(cfg: NodeConfig) -> None:
     for budget in (cfg.root_budget, cfg.runners_budget):
         if budget.intensity < 0 or budget.period_s <= 0:
             raise ConfigError("restart budgets need intensity >= 0 and period_s > 0")
+    if cfg.api_keepalive_s <= 0 or cfg.api_stall_timeout_s <= 0:
+        raise ConfigError("api: keepalive_s and stall_timeout_s must be > 0")
     if cfg.api_workers < 1 or cfg.api_threads < 1:
         raise ConfigError("api workers and threads must be >= 1")

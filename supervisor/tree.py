@@ -11,6 +11,9 @@ ROLES = ("bus", "eventlog", "store", "gossip", "master", "api", "janitor")
 
 GUNICORN_TICK_S = 1.0
 RUNNER_READY_GRACE_S = 10.0
+RUNNER_SHUTDOWN_S = 2.0
+"""A runner has nothing to flush on stop (its memory goes with the process), and a rank blocked
+in a collective whose peer died cannot even see SIGTERM: SIGKILL follows after 2 s."""
 RUNNER_MIN_LIVENESS = 10
 """A runner beats between decode steps, and a step of a sharded instance may wait on its peer
 ranks inside a collective (longer on a loaded machine): runners get at least 10 beats."""
@@ -22,7 +25,8 @@ def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
     """Each role's own slice of the configuration, as command-line arguments."""
     if role == "api":
         return ("--listen", cfg.listen, "--port", str(cfg.api_port), "--node-id", node_id,
-                "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads))
+                "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads),
+                "--keepalive", repr(cfg.api_keepalive_s), "--stall-timeout", repr(cfg.api_stall_timeout_s))
     if role == "gossip":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
                 "--master-port", str(cfg.cluster_port + 1), "--node-id", node_id,
@@ -51,7 +55,7 @@ def build_tree(cfg: NodeConfig, node_id: str) -> SupervisorSpec:
                              "--group-connect-deadline", repr(cfg.group_connect_deadline_s)),
                        # never restarted here: the leader deletes a failed runner's instance
                        # (stopping its other ranks) and re-creates it with back-off
-                       restart="temporary", shutdown_s=max(cfg.shutdown_s, 10.0),
+                       restart="temporary", shutdown_s=min(cfg.shutdown_s, RUNNER_SHUTDOWN_S),
                        # the runner enforces the warmup deadline itself (CRITICAL + exit 86);
                        # the supervisor's ready deadline is the backstop just after it
                        ready_timeout_s=cfg.warmup_deadline_s + RUNNER_READY_GRACE_S,

@@ -26,6 +26,7 @@ from setproctitle import setproctitle
 
 from skulk.services import faults
 from skulk.services.api.app import create_app
+from skulk.services.api.gateway import StreamTiming
 from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent, parse_child_args
 from skulk.supervisor import exitcodes
 from skulk.wire import endpoints
@@ -75,9 +76,10 @@ def report_ready_from_worker(runtime: ChildRuntime, worker: Any) -> None:
 
 class ApiApplication(BaseApplication):
     def __init__(self, runtime: ChildRuntime, sock: socket.socket, workers: int, threads: int,
-                 graceful_s: float, node_id: str) -> None:
+                 graceful_s: float, node_id: str, timing: StreamTiming) -> None:
         self.runtime = runtime
         self.node_id = node_id
+        self.timing = timing
         self.sock = sock
         self.settings = {
             "bind": [f"fd://{sock.fileno()}"],
@@ -103,7 +105,7 @@ class ApiApplication(BaseApplication):
 
     def load(self) -> Any:
         args = self.runtime.args
-        return create_app(args.home, args.run_dir, self.node_id)
+        return create_app(args.home, args.run_dir, self.node_id, self.timing)
 
     def run(self) -> None:
         SupervisedArbiter.runtime = self.runtime
@@ -128,6 +130,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--threads", type=int, default=16)
     p.add_argument("--node-id", required=True)
+    p.add_argument("--stall-timeout", type=float, default=StreamTiming.stall_s)
+    p.add_argument("--keepalive", type=float, default=StreamTiming.keepalive_s)
     ns = p.parse_args(args.rest)
     # A private context: gunicorn forks workers after this, and they must not share it.
     runtime = ChildRuntime("api", args, ctx=zmq.Context())
@@ -138,7 +142,8 @@ def main() -> None:
     except OSError as exc:
         log.error("api cannot listen on %s:%d: %s", ns.listen, ns.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
-    ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0, node_id=ns.node_id).run()
+    ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0, node_id=ns.node_id,
+                   timing=StreamTiming(stall_s=ns.stall_timeout, keepalive_s=ns.keepalive)).run()
 
 
 main()

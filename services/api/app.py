@@ -11,7 +11,7 @@ from pathlib import Path
 import falcon
 
 from skulk.services.api.errors import handle_unexpected, serialize_error
-from skulk.services.api.gateway import Gateway
+from skulk.services.api.gateway import Gateway, StreamTiming
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.admin import AdminRestartResource
 from skulk.services.api.resources.chat import ChatResource
@@ -23,9 +23,9 @@ from skulk.services.api.resources.cluster import (HealthResource, InstanceResour
 
 
 
-def create_app(home: Path, run_dir: Path, node_id: str) -> falcon.App:
+def create_app(home: Path, run_dir: Path, node_id: str, timing: StreamTiming | None = None) -> falcon.App:
     replica = StateReplica(run_dir)
-    gateway = Gateway(run_dir, replica)
+    gateway = Gateway(run_dir, replica, timing or StreamTiming())
     models = home / "models"
     app = falcon.App(cors_enable=True)
     app.set_error_serializer(serialize_error)

@@ -30,8 +30,6 @@ from skulk.wire.state import DELETED_BY_OPERATOR, SERVING_KINDS, TaskParams
 
 COMMAND_TIMEOUT_S = 5.0
 SLICE_S = 0.1
-KEEPALIVE_S = 10.0
-STALL_S = 120.0
 FIRST_TOKEN_S = 600.0
 EXPLAIN_S = 0.3
 LINK_EXPLAIN_S = 0.15
@@ -44,8 +42,18 @@ class MasterUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class StreamTiming:
+    """`api.keepalive_s`: SSE comment after this much silence (proxies keep the stream open);
+    `api.stall_timeout_s`: after the first token, this much silence ends the stream with an
+    error (upstream's 120 s; prefill and queueing do not arm it)."""
+
+    keepalive_s: float = 10.0
+    stall_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
 class KeepAlive:
-    """Yielded by a stream after KEEPALIVE_S of silence (the SSE writer sends a comment)."""
+    """Yielded by a stream after `keepalive_s` of silence (the SSE writer sends a comment)."""
 
 
 INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
@@ -66,9 +74,10 @@ def _link_dropped(monitor: zmq.Socket[Any]) -> bool:
 
 
 class Gateway:
-    def __init__(self, run_dir: Path, replica: StateReplica) -> None:
+    def __init__(self, run_dir: Path, replica: StateReplica, timing: StreamTiming) -> None:
         self.run_dir = run_dir
         self.replica = replica
+        self.timing = timing
         self._local = threading.local()
         self.ctx: zmq.Context[Any] = zmq.Context.instance()
 
@@ -162,14 +171,16 @@ class Gateway:
             if lost:
                 yield Failed(request_id=request_id, error=lost)
                 return
-            if got_token and now - last_msg > STALL_S:
-                yield Failed(request_id=request_id, error=f"Stream stalled: no output for "
-                                                          f"{STALL_S:.0f}s; the response may be incomplete.")
+            if got_token and now - last_msg > self.timing.stall_s:
+                self.cancel(endpoint, request_id)  # nobody will read the rest
+                yield Failed(request_id=request_id, error=f"Stream stalled: no output for {self.timing.stall_s:g}s; "
+                                                          "the response may be incomplete.")
                 return
             if not got_token and now > first_by:
+                self.cancel(endpoint, request_id)
                 yield Failed(request_id=request_id, error=f"No output within {FIRST_TOKEN_S:.0f}s")
                 return
-            if now - last_out >= KEEPALIVE_S:
+            if now - last_out >= self.timing.keepalive_s:
                 last_out = now
                 yield KeepAlive()
 

@@ -129,3 +129,40 @@ def test_post_admin_restart_of_a_peer_node_through_another_nodes_api(nodes, demo
     status, reply = http_json(f"{a.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "back?"}]})
     assert status == 200, reply
+
+
+def test_keepalives_during_a_slow_prefill_and_a_stalled_stream_ends_with_an_error(nodes, demo_model):
+    """A slow prefill sends SSE keep-alive comments and is not a stall (the stall timeout arms
+    at the first token); a stream that then goes silent past the stall timeout ends with
+    upstream's error and `[DONE]`, and the runner is told to stop."""
+    import http.client
+    import json
+
+    from tests.integration.serving import sse_events, wait_model_ready
+
+    node = nodes(config={"api": {"keepalive_s": 0.5, "stall_timeout_s": 1.5}},
+                 env={"SKULK_FAULTS": "runner@prefill=slow:2,runner@decode:5=slow:4"},
+                 args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    runner = wait_model_ready(node)
+    conn = http.client.HTTPConnection("127.0.0.1", node.api_port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": MODEL, "max_tokens": 50, "stream": True, "temperature": 0,
+        "messages": [{"role": "user", "content": "Tell me a long story."}]}), {"Content-Type": "application/json"})
+    frames, last_token_at, stalled_after, error = [], None, None, ""
+    for kind, payload in sse_events(conn.getresponse()):
+        frames.append((kind, payload))
+        if kind == "data" and isinstance(payload, dict) and "choices" in payload:
+            last_token_at = time.monotonic()
+        if kind == "data" and isinstance(payload, dict) and "error" in payload:
+            stalled_after = time.monotonic() - last_token_at
+            error = payload["error"]["message"]
+    first_data = next(i for i, f in enumerate(frames) if f[0] == "data")
+    before = [f for f in frames[:first_data] if f == ("comment", "keep-alive")]
+    print(f"slow prefill: {len(before)} keep-alive comments before the first token; stall error "
+          f"{stalled_after:.2f}s after the last token (stall timeout 1.5 s): {error}")
+    assert len(before) >= 3  # the opening one + at least two during the 2 s prefill
+    assert error == "Stream stalled: no output for 1.5s; the response may be incomplete."
+    assert 1.4 <= stalled_after < 3.0 and frames[-1] == ("data", "[DONE]")
+    log = node.home / "logs" / f"{runner}.log"
+    wait_until(node, lambda: "cancelled by its client" in log.read_text(), 20,
+               "the runner told to stop the stalled request")
