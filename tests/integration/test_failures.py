@@ -1,5 +1,6 @@
 """Runner failures with fault injection: a wedged warmup and a crash loop delete the instance
-loudly; the node keeps serving."""
+loudly while clients keep asking (each gets an immediate answer); the node keeps serving.
+In-place restarts of this node and of a peer; keep-alives and the stall timeout."""
 
 from __future__ import annotations
 
@@ -8,6 +9,25 @@ import time
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
+from skulk.scripts.stream_load import StreamLoad, chat_body, summary
+
+
+def ask_meanwhile(node, clients: int = 4) -> tuple[StreamLoad, float]:
+    """Clients (streaming and not) sent while the placed instance is failing: each must get an
+    immediate answer (404/503 or the error event), never a wait."""
+    from tests.integration.cluster import state_of
+
+    wait_until(node, lambda: (state_of(node) or {}).get("instances"), 30, "the instance placed")
+    bodies = [chat_body(MODEL, "hello?", 50, stream=i % 2 == 0) for i in range(clients)]
+    return StreamLoad("127.0.0.1", node.api_port, bodies, read_timeout=30).start(), time.monotonic()
+
+
+def answered_at_once(load: StreamLoad, sent: float, what: str) -> None:
+    outcomes = load.join(30)
+    print(f"{what}:\n{summary(outcomes, sent)}")
+    assert not any(o.hung for o in outcomes)
+    assert all(o.ended_at is not None and o.ended_at - sent < 2.0 for o in outcomes)
+    assert all(o.error is not None or o.status in (404, 503) for o in outcomes), [o.status for o in outcomes]
 
 
 def deleted_reason(node, needle: str):
@@ -20,8 +40,9 @@ def deleted_reason(node, needle: str):
 
 def test_wedged_warmup_is_loud_not_retried_and_deletes_the_instance(nodes, demo_model):
     node = nodes(config={"runner": {"warmup_deadline_s": 3.0}}, env={"SKULK_FAULTS": "runner@warmup=hang"},
-                 args=("--place", MODEL), models={DEMO_DIR: demo_model})
+                 args=("--place", MODEL), models={DEMO_DIR: demo_model}, ready=False)
     t0 = time.monotonic()
+    answered_at_once(*ask_meanwhile(node), "requests while the runner is wedged in warmup")
     reason = wait_until(node, deleted_reason(node, "not retried"), 60, "wedge handled")
     print(f"wedged warmup: instance deleted {time.monotonic() - t0:.2f}s after the node was up: {reason}")
     assert "exit code 86" in reason or "exceeded its 3s deadline" in reason
@@ -39,8 +60,9 @@ def test_wedged_warmup_is_loud_not_retried_and_deletes_the_instance(nodes, demo_
 
 def test_a_crash_loop_deletes_the_instance_and_says_why(nodes, demo_model):
     node = nodes(env={"SKULK_FAULTS": "runner@load=crash"}, args=("--place", MODEL),
-                 models={DEMO_DIR: demo_model})
+                 models={DEMO_DIR: demo_model}, ready=False)
     t0 = time.monotonic()
+    answered_at_once(*ask_meanwhile(node), "requests during the crash loop")
     reason = wait_until(node, deleted_reason(node, "crash loop"), 60, "crash loop handled")
     print(f"crash loop: instance deleted {time.monotonic() - t0:.2f}s after the node was up: {reason}")
     assert "3 runner failures within 60s" in reason
@@ -63,9 +85,15 @@ def test_post_admin_restart_replaces_the_node_in_place_and_serves_again(nodes, d
     (iid,) = before["instances"]
     _, node_id = http_json(f"{node.url}/node_id")
     old_api = node.status()["api"].pid
+    streams = StreamLoad("127.0.0.1", node.api_port, [chat_body(MODEL, "Go on and on.", 1000) for _ in range(3)],
+                         read_timeout=30).start()
+    assert streams.wait_for(lambda outs: any(o.tokens for o in outs), 60)
     t0 = time.monotonic()
     status, body = http_json(f"{node.url}/admin/restart", b"")
     assert status == 200 and body == {"status": "restarting", "node_id": node_id}
+    outcomes = streams.join(30)
+    print(f"streams in flight during POST /admin/restart:\n{summary(outcomes, t0)}")
+    assert all(o.error and o.error_at - t0 < 2.0 for o in outcomes)
 
     def back():
         try:
