@@ -25,7 +25,10 @@ OVERHEAD = 1.30
 KV_TOKENS = 8192
 HEADROOM = 256 * MIB
 USABLE_FRACTION = 0.75
-RING_PORTS = (49153, 65000)
+RING_PORTS = (61000, 65000)
+"""Above Linux's default ephemeral range (32768-60999), so an outgoing connection never holds
+a ring port; the runner still checks its port before forming the ring (macOS's ephemeral range
+covers these ports too)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ def _apply(state: State, event: object) -> State:
         instances = {k: v for k, v in state.instances.items() if k != event.instance_id}
         runners = {k: v for k, v in state.runners.items() if k not in inst.runner_to_shard}
         deleted = {**state.deleted, event.instance_id: DeletionNote(
-            model_id=inst.model_id, reason=event.reason, when=event.when)}
+            model_id=inst.model_id, reason=event.reason, when=event.when, cause=event.cause)}
         return replace(state, instances=instances, runners=runners,
                        deleted=dict(list(deleted.items())[-DELETIONS_KEPT:]))
     if isinstance(event, RunnerStatusUpdated):
@@ -59,7 +59,7 @@ def _apply(state: State, event: object) -> State:
         gone = {i for i, inst in state.instances.items() if event.node_id in inst.node_to_runner}
         runners = {r for i in gone for r in state.instances[i].runner_to_shard}
         deleted = {**state.deleted, **{i: DeletionNote(
-            model_id=state.instances[i].model_id, when=event.when,
+            model_id=state.instances[i].model_id, when=event.when, cause="node_lost",
             reason=f"lost with node {event.node_id} (timed out)") for i in sorted(gone)}}
         return replace(
             state, nodes={k: v for k, v in state.nodes.items() if k != event.node_id},

@@ -8,7 +8,7 @@ same events in order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from skulk.wire.message import Message
 from skulk.wire.models import ModelCard
@@ -119,7 +119,10 @@ class NodeInfo(Message):
 
 
 DELETED_BY_OPERATOR = "deleted by operator"
-"""The reason of an operator's delete: its streams end as cancelled, not as lost."""
+Cause = Literal["", "operator", "runner_failed", "given_up", "node_lost"]
+"""Why an instance was deleted, for machines (the reason is for people): an operator's delete
+ends its streams as cancelled; a failed runner's as the runner's shutdown; anything else as
+lost. `runner_failed` instances are re-created, `given_up` ones are not."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +133,7 @@ class DeletionNote(Message):
     model_id: str
     reason: str
     when: float
+    cause: Cause = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +164,7 @@ class InstanceDeleted(Message):
     instance_id: str
     reason: str = ""
     when: float = 0.0
+    cause: Cause = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

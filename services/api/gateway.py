@@ -26,7 +26,7 @@ from skulk.wire.errors import WireError
 from skulk.wire.inference import Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket, recv, send
-from skulk.wire.state import DELETED_BY_OPERATOR, SERVING_KINDS, TaskParams
+from skulk.wire.state import SERVING_KINDS, TaskParams
 
 COMMAND_TIMEOUT_S = 5.0
 SLICE_S = 0.1
@@ -210,11 +210,11 @@ class Gateway:
             return ""
         inst = state.instances.get(instance_id)
         if inst is None:
-            note = state.deleted.get(instance_id)
-            if note is not None and note.reason == DELETED_BY_OPERATOR:
+            cause = note.cause if (note := state.deleted.get(instance_id)) else ""
+            if cause == "operator":
                 return INSTANCE_DELETED
-            if note is not None and note.reason.startswith("runner "):  # deleted for re-creation
-                return RUNNER_LOST.format(detail=note.reason)
+            if cause == "runner_failed":  # deleted to be re-created
+                return RUNNER_LOST.format(detail=note.reason)  # type: ignore[union-attr]
             return INSTANCE_LOST
         if self.replica.departed.intersection(inst.node_to_runner):
             return INSTANCE_LOST

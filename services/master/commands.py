@@ -12,7 +12,7 @@ from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstanc
                                  Reply, Routed, SnapshotRequest, StateSnapshot, TaskCancelled,
                                  TaskFinished, TextGeneration)
 from skulk.wire.message import Message
-from skulk.wire.state import (DELETED_BY_OPERATOR, InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
+from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
                               TaskDeleted, TaskStatusUpdated)
 
 
@@ -22,12 +22,12 @@ class Outcome:
     events: list[Message] = field(default_factory=list)
 
 
-def delete_events(state: State, instance_id: str, reason: str, when: float) -> list[Message]:
+def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause) -> list[Message]:
     """Cancel the instance's open tasks (their streams end at once), then delete it."""
     cancels: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
                               for t in state.tasks.values()
                               if t.instance_id == instance_id and t.status in ("Pending", "Running")]
-    return [*cancels, InstanceDeleted(instance_id=instance_id, reason=reason, when=when)]
+    return [*cancels, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause)]
 
 
 def _task_of_command(state: State, command_id: str) -> Task | None:
@@ -49,7 +49,7 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str]) -> Outcome:
             return Outcome(CommandRejected(command_id=cmd.command_id, status=404,
                                            message="Instance not found"))
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
-                       delete_events(state, cmd.instance_id, DELETED_BY_OPERATOR, time.time()))
+                       delete_events(state, cmd.instance_id, DELETED_BY_OPERATOR, time.time(), "operator"))
     if isinstance(cmd, TextGeneration):
         found = route(state, cmd.params.model)
         if isinstance(found, RouteError):

@@ -1,7 +1,7 @@
 """What the leader does when a runner of an instance fails (pure). The instance is always
 deleted (its other ranks are stopped by their nodes' runner plans and its streams end); it is
 re-created after a back-off that doubles per failure, unless the runner wedged (it overran its
-warmup or group-connect deadline: it would only wedge again) or the instance is in a crash loop
+warmup deadline: it would only wedge again) or the instance is in a crash loop
 (`limit` failures within `window_s`, 3 in 60 s as upstream's breaker). Failures are counted per
 lineage: a re-created instance inherits the count of the one it replaces."""
 
@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from skulk.wire.events import ChildLifecycle
 from skulk.wire.state import RunnerStatus
 
-WEDGE_MARKERS = ("exit code 86", "exit code 87", "exceeded its")
+WEDGE_MARKERS = ("exit code 86", "GPU may be wedged")
+"""A warmup overrun: the device is likely wedged, a new runner would only wedge again. A ring
+that did not form (exit 87) is re-created instead: new instance id, new ring ports."""
 ENDED = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
 ORDERLY_STOP = "Terminated (stopped by its supervisor"
 """The cause of a runner its own node stopped on purpose: not a failure to recover from."""

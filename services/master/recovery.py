@@ -40,14 +40,14 @@ class Recovery:
         verdict = self.book.verdict(inst.instance_id, error, now)
         if isinstance(verdict, GiveUp):
             log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, verdict.reason)
-            return delete_events(state, inst.instance_id, verdict.reason, wall)
+            return delete_events(state, inst.instance_id, verdict.reason, wall, "given_up")
         shard = inst.runner_to_shard[runner_id]
         self.pending.append(Pending(now + verdict.delay_s, inst.instance_id, PlaceInstance(
             command_id=uuid.uuid4().hex, card=inst.card, sharding=shard.kind,
             instance_meta=inst.instance_meta, min_nodes=shard.world_size)))
         reason = f"runner {runner_id} failed ({error}); re-creating in {verdict.delay_s:.1f}s"
         log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
-        return delete_events(state, inst.instance_id, reason, wall)
+        return delete_events(state, inst.instance_id, reason, wall, "runner_failed")
 
     def due(self, now: float) -> list[Pending]:
         ready = [p for p in self.pending if p.due <= now]

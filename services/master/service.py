@@ -25,12 +25,11 @@ from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
                                 LocalEvent, Member, Membership, ReplayRequest, SnapshotPush)
-from skulk.wire.commands import (CommandAccepted, CommandRejected, PlaceInstance, RestartNode,
+from skulk.wire.commands import (CommandAccepted, CommandRejected, RestartNode,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.message import Message
-from skulk.wire.models import ModelDirError, card_from_dir, dir_name
 from skulk.wire.reducer import apply
 from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, recv_published, recv_routed,
                                 send, send_routed)
@@ -314,7 +313,8 @@ class Master:
         self.refresh_nodes()
         if self.boot_places and self.node_id in members:
             for model_id in self.boot_places:
-                self.place_at_boot(model_id)
+                if (cmd := saved_state.boot_placement(self.state, self.loop.rt.args.home / "models", model_id)):
+                    self.command(None, cmd)
             self.boot_places = []
 
     def refresh_nodes(self, force: bool = False) -> None:
@@ -342,19 +342,6 @@ class Master:
             reply = CommandRejected(command_id=cmd.command_id, status=404, message=f"Unknown node {cmd.node_id}")
         if envelope is not None:
             send_routed(self.local, envelope, reply)
-
-    def place_at_boot(self, model_id: str) -> None:
-        """`skulk run --place MODEL`: make sure it is placed (from the local models dir), or say
-        why not; after an in-place restart the carried-over instance already is."""
-        if any(i.model_id == model_id for i in self.state.instances.values()):
-            log.info("--place %s: already placed", model_id)
-            return
-        try:
-            card = card_from_dir(self.loop.rt.args.home / "models" / dir_name(model_id))
-        except ModelDirError as exc:
-            log.error("--place %s: %s", model_id, exc)
-            return
-        self.command(None, PlaceInstance(command_id=uuid.uuid4().hex, card=card))
 
     def tick(self) -> None:
         now = time.monotonic()

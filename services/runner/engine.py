@@ -11,6 +11,7 @@ import ctypes
 import json
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -136,6 +137,13 @@ def connect_group(ring: Ring) -> Any:
     """
     import mlx.core as mx
 
+    host, _, port = ring.hosts[ring.rank].rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:  # fail now, not at the deadline: the leader re-creates the instance on new ports
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            raise RuntimeError(f"ring port {host}:{port} of rank {ring.rank} is taken ({exc.strerror})") from None
     ring.hostfile.write_text(json.dumps([[h] for h in ring.hosts]))
     os.environ["MLX_HOSTFILE"] = str(ring.hostfile)
     os.environ["MLX_RANK"] = str(ring.rank)

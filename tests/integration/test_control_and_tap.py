@@ -31,8 +31,8 @@ def test_admin_restart_replaces_the_node_in_place(nodes):
     t0 = time.monotonic()
     out = skulk("admin", "restart", "--home", str(node.home), "--wait", "30")
     took = time.monotonic() - t0
-    print(f"admin restart: node back and ready in {took:.3f}s; {out.stdout.splitlines()[0]}")
     assert out.returncode == 0, out.stdout + out.stderr
+    print(f"admin restart: node back and ready in {took:.3f}s; {out.stdout.splitlines()[0]}")
     assert "same pid" in out.stdout
     reply = node.wait_ready(timeout=10)
     assert reply.root_pid == node.pid and node.proc.poll() is None

@@ -13,6 +13,14 @@ def test_a_wedge_deletes_at_once():
     assert isinstance(why, GiveUp) and "not retried" in why.reason
 
 
+def test_a_ring_that_did_not_form_is_recreated_on_new_ports():
+    book = FailureBook()
+    error = ("rank 0 forming its mx.distributed ring with 127.0.0.1:61001 exceeded its 120s deadline"
+             " — a peer rank is down, or its port is unreachable or taken")
+    assert book.verdict("i", error, 0.0) == Recreate(0.5)
+    assert book.verdict("j", "Terminated (exit code 87 (group connect failed))", 0.0) == Recreate(0.5)
+
+
 def test_failures_recreate_with_doubling_backoff_then_a_crash_loop_gives_up():
     book = FailureBook()
     assert book.verdict("i", "Terminated (signal 6 (SIGABRT))", 0.0) == Recreate(0.5)
@@ -60,3 +68,20 @@ def test_a_second_restart_while_one_is_pending_is_upstreams_409(tmp_path):
     finally:
         sup.close(0)
         master_side.close(0)
+
+
+def test_a_taken_ring_port_fails_at_once_not_at_the_connect_deadline(tmp_path):
+    import socket
+
+    import pytest
+
+    from skulk.services.runner.engine import Ring, connect_group
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        ring = Ring(rank=1, hosts=("127.0.0.1:1", f"127.0.0.1:{port}"), sharding="Pipeline",
+                    split=(2, 2), hostfile=tmp_path / "hosts.json", connect_deadline_s=60)
+        with pytest.raises(RuntimeError, match=f"ring port 127.0.0.1:{port} of rank 1 is taken"):
+            connect_group(ring)

@@ -18,7 +18,7 @@ from skulk.wire.models import ModelCard
 from skulk.wire.placement import GIB, PlacementError, place
 from skulk.wire.reducer import OutOfOrder, apply
 from skulk.wire.state import (ChatMessage, IndexedEvent, InstanceDeleted,
-                              NodeGatheredInfo, NodeInfo, RunnerStatus, RunnerStatusUpdated,
+                              NodeGatheredInfo, NodeInfo, NodeTimedOut, RunnerStatus, RunnerStatusUpdated,
                               State, TaskParams)
 
 CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4,
@@ -115,6 +115,16 @@ def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
     assert [type(e).__name__ for e in cancelled.events] == ["TaskStatusUpdated", "TaskDeleted"]
     assert isinstance(handle(state, TaskFinished(command_id="g", finished_command_id="zz"), ids()).reply,
                       CommandAccepted)
+
+
+def test_deletions_say_why_for_people_and_for_machines():
+    state, iid, _ = placed()
+    gone = run(state, handle(state, DeleteInstance(command_id="d", instance_id=iid), ids()).events)
+    assert (gone.deleted[iid].reason, gone.deleted[iid].cause) == ("deleted by operator", "operator")
+    lost = run(state, [NodeTimedOut(node_id="n1", when=5.0)])
+    assert lost.instances == {} and "n1" not in lost.nodes
+    assert (lost.deleted[iid].cause, lost.deleted[iid].when) == ("node_lost", 5.0)
+    assert "lost with node n1" in lost.deleted[iid].reason
 
 
 def test_delete_cancels_running_tasks_then_deletes():
