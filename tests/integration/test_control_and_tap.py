@@ -31,7 +31,7 @@ def test_admin_restart_replaces_the_node_in_place(nodes):
     t0 = time.monotonic()
     out = skulk("admin", "restart", "--home", str(node.home), "--wait", "30")
     took = time.monotonic() - t0
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr + node.log_tail(60)
     print(f"admin restart: node back and ready in {took:.3f}s; {out.stdout.splitlines()[0]}")
     assert "same pid" in out.stdout
     reply = node.wait_ready(timeout=10)
