@@ -12,7 +12,7 @@ from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstanc
                                  Reply, Routed, SnapshotRequest, StateSnapshot, TaskCancelled,
                                  TaskFinished, TextGeneration)
 from skulk.wire.message import Message
-from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
+from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, Instance, InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
                               TaskDeleted, TaskStatusUpdated)
 
 
@@ -28,6 +28,26 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
                               for t in state.tasks.values()
                               if t.instance_id == instance_id and t.status in ("Pending", "Running")]
     return [*cancels, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause)]
+
+
+def place_again(inst: Instance, command_id: str) -> PlaceInstance:
+    """A placement of the same model, sharding and width as `inst` (placement picks the nodes
+    again: some may be gone)."""
+    shard = next(iter(inst.runner_to_shard.values()))
+    return PlaceInstance(command_id=command_id, card=inst.card, sharding=shard.kind,
+                         instance_meta=inst.instance_meta, min_nodes=shard.world_size)
+
+
+def lost_placements(mine: State, winner: State, new_id: Callable[[], str]) -> list[PlaceInstance]:
+    """A deposed leader's instances of models the winner has no instance of: placements to ask
+    the winner for, so what this node accepted just before two lone leaders met is not lost."""
+    have = {i.model_id for i in winner.instances.values()}
+    out = []
+    for inst in mine.instances.values():
+        if inst.model_id not in have:
+            have.add(inst.model_id)
+            out.append(place_again(inst, new_id()))
+    return out
 
 
 def _task_of_command(state: State, command_id: str) -> Task | None:

@@ -10,7 +10,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
-from skulk.services.master.commands import delete_events
+from skulk.services.master.commands import delete_events, place_again
 from skulk.services.master.failures import FailureBook, GiveUp
 from skulk.wire.commands import CommandAccepted, PlaceInstance, Reply
 from skulk.wire.message import Message
@@ -41,10 +41,8 @@ class Recovery:
         if isinstance(verdict, GiveUp):
             log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, verdict.reason)
             return delete_events(state, inst.instance_id, verdict.reason, wall, "given_up")
-        shard = inst.runner_to_shard[runner_id]
-        self.pending.append(Pending(now + verdict.delay_s, inst.instance_id, PlaceInstance(
-            command_id=uuid.uuid4().hex, card=inst.card, sharding=shard.kind,
-            instance_meta=inst.instance_meta, min_nodes=shard.world_size)))
+        self.pending.append(Pending(now + verdict.delay_s, inst.instance_id,
+                                    place_again(inst, uuid.uuid4().hex)))
         reason = f"runner {runner_id} failed ({error}); re-creating in {verdict.delay_s:.1f}s"
         log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
         return delete_events(state, inst.instance_id, reason, wall, "runner_failed")

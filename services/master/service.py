@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import handle
+from skulk.services.master.commands import handle, lost_placements
 from skulk.services.master.desk import CommandDesk
 from skulk.services.master.failures import ORDERLY_STOP, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
@@ -61,6 +61,7 @@ class Master:
         self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
         self.recovery = Recovery()
+        self.deposed: State | None = None  # our state as leader, until the winner's arrives
         self.saved_path = loop.rt.args.run_dir / "master-state.bin"
         self.announce_due = 0.0
         run = loop.rt.args.run_dir
@@ -94,6 +95,7 @@ class Master:
                 self.flush_pending()
             elif isinstance(action, Follow):
                 log.info("following leader %s (session %s)", action.leader, action.session)
+                self.deposed = self.state if self.log is not None else None  # we led until now
                 self.log = None
                 self.ask_replay(-1)
         self.loop.status_detail = (f"{'leader' if self.election.is_leader else 'follower'} "
@@ -155,6 +157,12 @@ class Master:
         self.publish_head()
         for rid, status in self.local_runners.items():
             self.runner_fact(rid, status)
+        if self.deposed is not None:
+            for cmd in lost_placements(self.deposed, snapshot, lambda: uuid.uuid4().hex):
+                log.warning("re-submitting the placement of %s to leader %s (it was ours before "
+                            "the sessions merged)", cmd.card.model_id, self.election.leader)
+                self.command(None, cmd)
+            self.deposed = None
 
     def publish_head(self) -> None:
         self.loop.publish(EVT_STATE, StateHead(idx=self.state.last_event_applied_idx,

@@ -154,3 +154,30 @@ def _log_time(path, needle: str) -> float:
     line = [ln for ln in path.read_text().splitlines() if needle in ln][-1]
     h, m, rest = line[1:13].split(":")
     return int(h) * 3600 + int(m) * 60 + float(rest)
+
+
+def test_two_lone_leaders_that_both_placed_keep_both_placements_when_they_meet(nodes, demo_model, tmp_path):
+    """A was placed on while alone; B places at boot, alone too, then meets A. One of them is
+    deposed (equal seniority and clock, same number of commands: the node id decides); the
+    deposed one re-submits its placement to the winner, so neither placement is lost."""
+    twin = tmp_path / "shared" / "skulk--demo-twin"
+    twin.mkdir(parents=True)
+    for f in demo_model.iterdir():
+        (twin / f.name).symlink_to(f)
+    models = {DEMO_DIR: demo_model, "skulk--demo-twin": twin}
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    a = nodes("a", config=FAST, args=node_args(namespace, []), models=models)
+    status, body = http_json(f"{a.url}/place_instance", {"model_id": MODEL})
+    assert status == 200, body
+    b = nodes("b", config=FAST, args=(*node_args(namespace, [a]), "--place", "skulk/demo-twin"), models=models)
+    wait_until(a, lambda: converged([a, b], 2), 30, "formation")
+
+    def both_placed():
+        state = state_of(a) or {"instances": {}}
+        return {next(iter(i.values()))["shardAssignments"]["modelId"] for i in state["instances"].values()} \
+            == {MODEL, "skulk/demo-twin"}
+
+    wait_until(a, both_placed, 30, "both placements kept")
+    resubmitted = [n for n in (a, b) if "re-submitting the placement" in (n.home / "logs" / "master.log").read_text()]
+    print(f"lone leaders met; {len(resubmitted)} deposed node re-submitted its placement")
+    assert len(resubmitted) <= 1

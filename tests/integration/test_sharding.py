@@ -159,3 +159,9 @@ def test_a_placement_during_formation_is_success_or_info_pending_never_a_false_4
     assert status in (200, 503), reply
     if status == 503:
         assert "retry" in reply["error"]["message"]
+        return
+    # Accepted: whichever lone leader wins when they meet, the placement survives formation.
+    wait_until(a, lambda: converged([a, b], 2), 30, "formation")
+    wait_until(a, lambda: any(next(iter(i.values()))["shardAssignments"]["modelId"] == MODEL
+                              for i in (state_of(a) or {"instances": {}})["instances"].values()),
+               30, "the placement kept")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skulk.services.master.commands import handle
+from skulk.services.master.commands import handle, lost_placements
 from skulk.services.master.routing import Route, RouteError, route
 from skulk.services.master.runner_plan import plan
 from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
@@ -125,6 +125,15 @@ def test_deletions_say_why_for_people_and_for_machines():
     assert lost.instances == {} and "n1" not in lost.nodes
     assert (lost.deleted[iid].cause, lost.deleted[iid].when) == ("node_lost", 5.0)
     assert "lost with node n1" in lost.deleted[iid].reason
+
+
+def test_a_deposed_leader_resubmits_only_models_the_winner_lacks():
+    mine, iid, _ = placed()
+    winner = base()
+    (again,) = lost_placements(mine, winner, lambda: "c9")
+    assert again == PlaceInstance(command_id="c9", card=CARD, sharding="Pipeline", min_nodes=1)
+    theirs, _, _ = placed(base())
+    assert lost_placements(mine, theirs, lambda: "c9") == []  # the winner serves that model
 
 
 def test_delete_cancels_running_tasks_then_deletes():
