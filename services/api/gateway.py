@@ -123,6 +123,16 @@ class Gateway:
             socks[endpoint] = (sock, sock.get_monitor_socket(zmq.EVENT_DISCONNECTED))
         return socks[endpoint]
 
+    def _forget(self, endpoint: str) -> None:
+        """That runner is gone for good (a new incarnation gets a new endpoint): close this
+        thread's sockets to it, or zmq would keep reconnecting to a dead port forever."""
+        socks = getattr(self._local, "dealers", None) or {}
+        if endpoint in socks:
+            sock, monitor = socks.pop(endpoint)
+            sock.disable_monitor()
+            monitor.close(0)
+            sock.close(0)
+
     def cancel(self, endpoint: str, request_id: str) -> None:
         try:
             send(self._dealer(endpoint)[0], Cancel(request_id=request_id), flags=zmq.NOBLOCK)
@@ -160,6 +170,7 @@ class Gateway:
                     if isinstance(msg, (Done, Failed)):
                         return
             elif monitor in ready and _link_dropped(monitor):  # its output is drained first
+                self._forget(endpoint)
                 yield self._explain(Failed(request_id=request_id, error=RUNNER_LOST.format(detail=LINK_LOST)),
                                     instance_id, runner_id, endpoint, wait_s=LINK_EXPLAIN_S)
                 return
@@ -169,6 +180,7 @@ class Gateway:
             next_check = now + SLICE_S  # the state is consulted every slice, busy or not
             lost = self._lost(instance_id, runner_id, endpoint)
             if lost:
+                self._forget(endpoint)
                 yield Failed(request_id=request_id, error=lost)
                 return
             if got_token and now - last_msg > self.timing.stall_s:
