@@ -35,8 +35,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
 def wait_for_new_incarnation(home: Path, root_pid: int, wait_s: float, per_try_s: float):
     """After a whole-node restart: wait until the re-executed node answers `wait` with ready.
 
-    The old incarnation may still answer ("node is stopping") and the control socket is absent
-    while the process image is replaced, so this retries until `wait_s` has passed.
+    The old incarnation may still answer ("node is stopping"), or take a request into a socket
+    it is about to close and never answer; the control socket is absent while the process image
+    is replaced. So each try is short (a 1 s server-side wait) and tries repeat until `wait_s`.
     """
     import time
 
@@ -48,8 +49,8 @@ def wait_for_new_incarnation(home: Path, root_pid: int, wait_s: float, per_try_s
     while time.monotonic() < deadline:
         left = deadline - time.monotonic()
         try:
-            reply = request(home, AdminCommand(verb="wait", timeout_s=left), timeout_s=per_try_s,
-                            retries=1)
+            reply = request(home, AdminCommand(verb="wait", timeout_s=min(left, 1.0)),
+                            timeout_s=min(per_try_s, 1.0), retries=1)
         except NodeUnreachable:
             continue
         if reply.ok:

@@ -107,6 +107,7 @@ class NodeLoop:
             for waiter in self.waiters:
                 send_routed(self.control, waiter.envelope, control.reply(
                     self.root, time.monotonic(), False, "node is stopping"))
+            self.control.close(linger=500)  # let those replies out: destroy(linger=0) drops them
             signal.set_wakeup_fd(old_fd)
             for sig in (*control.SIGNAL_VERBS, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)

@@ -70,9 +70,12 @@ def test_a_crash_loop_deletes_the_instance_and_says_why(nodes, demo_model):
     from skulk.services.eventlog.segment import read_records
     from skulk.wire.codec import decode
 
-    events = [decode(p) for _, t, p in read_records(node.home / "eventlog" / "events.log")
-              if t.startswith(b"evt.state.event.instance_deleted")]
-    assert any("crash loop" in e.event.reason for e in events)
+    def logged():  # the event log writes behind the bus: wait for it, do not race it
+        events = [decode(p) for _, t, p in read_records(node.home / "eventlog" / "events.log")
+                  if t.startswith(b"evt.state.event.instance_deleted")]
+        return any("crash loop" in e.event.reason and e.event.cause == "given_up" for e in events)
+
+    wait_until(node, logged, 10, "the crash loop in the event log")
     assert all(c.restarts == 0 for c in node.status().values() if c.supervisor == "root")
 
 
