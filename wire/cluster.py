@@ -16,7 +16,7 @@ from skulk.wire.state import Event, IndexedEvent, NodeInfo, State
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PeerHello(Message):
-    """gossip -> gossip every 0.5 s: who I am, where to reach me, whom I know."""
+    """gossip -> gossip every 0.25 s: who I am, where to reach me, whom I know."""
 
     TYPE: ClassVar[str] = "cluster.peer_hello"
     namespace: str  # sha256 of the namespace, never the namespace itself
@@ -35,7 +35,7 @@ class Member(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Membership(Message):
-    """gossip -> local bus: every live node (this one included), on change and every 0.5 s."""
+    """gossip -> local bus: every live node (this one included), on change and with every hello (0.25 s)."""
 
     TYPE: ClassVar[str] = "cluster.membership"
     node_id: str

@@ -1,7 +1,7 @@
 """Several real nodes on one machine: each its own `--home`, loopback ports and process group,
 joined by bootstrap peers in a namespace of their own. Waits are on real signals: every
 re-check of the nodes' `/state` is triggered by a message on a node's bus (membership is
-published every 0.5 s), under a deadline."""
+published every 0.25 s), under a deadline."""
 
 from __future__ import annotations
 
