@@ -31,8 +31,10 @@ def load(node, streams: int, plain: int = 0, max_tokens: int = 400) -> StreamLoa
 
 
 def producing(clients: StreamLoad, node, count: int = 1) -> None:
-    """Wait (on the clients' own signal) until `count` clients have their first token."""
-    assert clients.wait_for(lambda outs: sum(o.tokens > 0 for o in outs) >= count, 60), \
+    """Wait (on the clients' own signal) until `count` clients are mid-stream: a first token
+    and not yet done. A non-streaming client only counts its tokens when it is done, so it
+    must not count here (the fault would land on a runner that just finished)."""
+    assert clients.wait_for(lambda outs: sum(o.tokens > 0 and not o.done for o in outs) >= count, 60), \
         f"no tokens flowing\n{summary(clients.outcomes)}\n{node.log_tail()}"
 
 
