@@ -45,6 +45,7 @@ class NodeConfig:
     runners_budget: Budget = field(default_factory=lambda: Budget(intensity=5, period_s=30.0))
     warmup_deadline_s: float = 300.0
     group_connect_deadline_s: float = 120.0
+    recreate_backoff_s: float = 0.5
     api_workers: int = 1
     api_threads: int = 16
     api_keepalive_s: float = 10.0
@@ -66,7 +67,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "api": {"workers": ("api_workers", int), "threads": ("api_threads", int),
             "keepalive_s": ("api_keepalive_s", float), "stall_timeout_s": ("api_stall_timeout_s", float)},
     "runner": {"warmup_deadline_s": ("warmup_deadline_s", float),
-               "group_connect_deadline_s": ("group_connect_deadline_s", float)},
+               "group_connect_deadline_s": ("group_connect_deadline_s", float),
+               "recreate_backoff_s": ("recreate_backoff_s", float)},
     "tracing": {"retention_days": ("trace_retention_days", float)},
 }
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
@@ -177,6 +179,8 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("heartbeat interval must be > 0 and liveness >= 1")
     if min(cfg.ready_timeout_s, cfg.shutdown_s, cfg.warmup_deadline_s, cfg.group_connect_deadline_s) <= 0:
         raise ConfigError("timeouts must be > 0")
+    if not 0 < cfg.recreate_backoff_s <= 60:
+        raise ConfigError("runner.recreate_backoff_s must be in (0, 60]")
     for budget in (cfg.root_budget, cfg.runners_budget):
         if budget.intensity < 0 or budget.period_s <= 0:
             raise ConfigError("restart budgets need intensity >= 0 and period_s > 0")

@@ -36,6 +36,7 @@ def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
     if role == "master":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1), "--node-id", node_id,
                 "--election-timeout", repr(cfg.election_timeout_s),
+                "--recreate-backoff", repr(cfg.recreate_backoff_s),
                 *(a for m in cfg.place for a in ("--place", m)))
     if role == "janitor":
         return ("--trace-retention-days", repr(cfg.trace_retention_days))

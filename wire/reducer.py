@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
-                              NodeTimedOut,
+                              NodeTimedOut, RecreationAbandoned,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
                               TaskFailed, TaskStatusUpdated)
 
@@ -29,7 +29,11 @@ def apply(state: State, indexed: IndexedEvent) -> State:
 
 def _apply(state: State, event: object) -> State:
     if isinstance(event, InstanceCreated):
-        return replace(state, instances={**state.instances, event.instance.instance_id: event.instance})
+        state = replace(state, instances={**state.instances, event.instance.instance_id: event.instance})
+        return _note(state, event.replaces, lambda n: replace(n, instance=None, replaced_by=event.instance.instance_id))
+    if isinstance(event, RecreationAbandoned):
+        return _note(state, event.instance_id, lambda n: replace(
+            n, instance=None, cause="given_up", reason=f"{n.reason}; not re-created: {event.reason}"))
     if isinstance(event, InstanceDeleted):
         inst = state.instances.get(event.instance_id)
         if inst is None:
@@ -37,9 +41,10 @@ def _apply(state: State, event: object) -> State:
         instances = {k: v for k, v in state.instances.items() if k != event.instance_id}
         runners = {k: v for k, v in state.runners.items() if k not in inst.runner_to_shard}
         deleted = {**state.deleted, event.instance_id: DeletionNote(
-            model_id=inst.model_id, reason=event.reason, when=event.when, cause=event.cause)}
+            model_id=inst.model_id, reason=event.reason, when=event.when, cause=event.cause,
+            recreate_at=event.recreate_at, instance=inst if event.recreate_at else None)}
         return replace(state, instances=instances, runners=runners,
-                       deleted=dict(list(deleted.items())[-DELETIONS_KEPT:]))
+                       deleted=_trim(deleted))
     if isinstance(event, RunnerStatusUpdated):
         if event.runner_id not in _runner_ids(state):
             return state  # a runner of no instance (late report after a delete) is ignored
@@ -63,11 +68,24 @@ def _apply(state: State, event: object) -> State:
             reason=f"lost with node {event.node_id} (timed out)") for i in sorted(gone)}}
         return replace(
             state, nodes={k: v for k, v in state.nodes.items() if k != event.node_id},
-            deleted=dict(list(deleted.items())[-DELETIONS_KEPT:]),
+            deleted=_trim(deleted),
             instances={k: v for k, v in state.instances.items() if k not in gone},
             runners={k: v for k, v in state.runners.items() if k not in runners},
             tasks={k: v for k, v in state.tasks.items() if v.instance_id not in gone})
     raise TypeError(f"no reducer for {type(event).__name__}")
+
+
+def _trim(deleted: dict[str, DeletionNote]) -> dict[str, DeletionNote]:
+    """The last `DELETIONS_KEPT` notes, and every note whose re-creation is still pending."""
+    recent = set(list(deleted)[-DELETIONS_KEPT:])
+    return {i: n for i, n in deleted.items() if i in recent or n.instance is not None}
+
+
+def _note(state: State, instance_id: str, change) -> State:  # type: ignore[no-untyped-def]
+    note: DeletionNote | None = state.deleted.get(instance_id)
+    if note is None:
+        return state
+    return replace(state, deleted={**state.deleted, instance_id: change(note)})
 
 
 def _task(state: State, task_id: str, change) -> State:  # type: ignore[no-untyped-def]

@@ -30,8 +30,7 @@ ALL: tuple[type[Message], ...] = (
     ModelCard,
     st.ShardMeta, st.Instance, st.RunnerStatus, st.ChatMessage, st.TaskParams, st.Task,
     st.NodeInfo, st.DeletionNote, st.State,
-    st.InstanceCreated, st.InstanceDeleted, st.RunnerStatusUpdated, st.TaskCreated,
-    st.TaskStatusUpdated, st.TaskFailed, st.TaskDeleted, st.NodeGatheredInfo, st.NodeTimedOut,
+    *st.EVENT_TYPES,
     st.IndexedEvent, st.StateHead,
     # commands to the master and its replies
     cmd.PlaceInstance, cmd.DeleteInstance, cmd.TextGeneration, cmd.TaskCancelled,

@@ -134,6 +134,12 @@ class DeletionNote(Message):
     reason: str
     when: float
     cause: Cause = ""
+    # A re-creation is replicated state, not the leader's memory, so a leader elected in the
+    # back-off still makes it: `instance` is kept while it is pending, `recreate_at` (wall
+    # clock) says when it is due, `replaced_by` names the instance that re-created it.
+    recreate_at: float = 0.0
+    instance: Instance | None = None
+    replaced_by: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +162,7 @@ class State(Message):
 class InstanceCreated(Message):
     TYPE: ClassVar[str] = "event.instance_created"
     instance: Instance
+    replaces: str = ""  # the failed instance this one re-creates (its deletion note says so)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,6 +172,16 @@ class InstanceDeleted(Message):
     reason: str = ""
     when: float = 0.0
     cause: Cause = ""
+    recreate_at: float = 0.0  # wall clock; non-zero: to be re-created then, by whoever leads
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecreationAbandoned(Message):
+    """A pending re-creation that placement still refused once the failure window had passed."""
+
+    TYPE: ClassVar[str] = "event.recreation_abandoned"
+    instance_id: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,9 +233,9 @@ class NodeGatheredInfo(Message):
     info: NodeInfo
 
 
-Event = (InstanceCreated | InstanceDeleted | RunnerStatusUpdated | TaskCreated | TaskStatusUpdated
-         | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut)
-EVENT_TYPES = (InstanceCreated, InstanceDeleted, RunnerStatusUpdated, TaskCreated,
+Event = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
+         | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut)
+EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, RunnerStatusUpdated, TaskCreated,
                TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut)
 
 

@@ -108,7 +108,9 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
         "masterNodeId": state.master_node_id,
         "deletedInstances": {i: {"modelId": d.model_id, "reason": d.reason, "cause": d.cause or None,
-                                 "deletedAt": iso(d.when) if d.when else None}
+                                 "deletedAt": iso(d.when) if d.when else None,
+                                 "recreateAt": iso(d.recreate_at) if d.recreate_at else None,
+                                 "replacedBy": d.replaced_by or None}
                              for i, d in state.deleted.items()},
     }
 

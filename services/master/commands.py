@@ -22,12 +22,14 @@ class Outcome:
     events: list[Message] = field(default_factory=list)
 
 
-def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause) -> list[Message]:
+def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause,
+                  recreate_at: float = 0.0) -> list[Message]:
     """Cancel the instance's open tasks (their streams end at once), then delete it."""
     cancels: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
                               for t in state.tasks.values()
                               if t.instance_id == instance_id and t.status in ("Pending", "Running")]
-    return [*cancels, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause)]
+    return [*cancels, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause,
+                                       recreate_at=recreate_at)]
 
 
 def place_again(inst: Instance, command_id: str) -> PlaceInstance:

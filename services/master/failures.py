@@ -3,14 +3,16 @@ deleted (its other ranks are stopped by their nodes' runner plans and its stream
 re-created after a back-off that doubles per failure, unless the runner wedged (it overran its
 warmup deadline: it would only wedge again) or the instance is in a crash loop
 (`limit` failures within `window_s`, 3 in 60 s as upstream's breaker). Failures are counted per
-lineage: a re-created instance inherits the count of the one it replaces."""
+lineage: a re-created instance inherits the count of the ones it replaces, read from the
+replicated deletion notes, so a new leader counts exactly as the old one did."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from skulk.wire.events import ChildLifecycle
-from skulk.wire.state import RunnerStatus
+from skulk.wire.state import RunnerStatus, State
 
 WEDGE_MARKERS = ("exit code 86", "GPU may be wedged")
 """A warmup overrun: the device is likely wedged, a new runner would only wedge again. A ring
@@ -45,26 +47,32 @@ class GiveUp:
     reason: str
 
 
-@dataclass
-class FailureBook:
+@dataclass(frozen=True, slots=True)
+class RecoveryPolicy:
     limit: int = 3
     window_s: float = 60.0
     backoff_s: float = 0.5
-    stamps: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    lineage: dict[str, str] = field(default_factory=dict)  # instance id -> its first ancestor
 
-    def verdict(self, instance_id: str, error: str, now: float) -> Recreate | GiveUp:
-        if any(marker in error for marker in WEDGE_MARKERS):
-            return GiveUp(f"a runner overran its deadline and is not retried: {error}")
-        root = self.lineage.get(instance_id, instance_id)
-        recent = tuple(t for t in self.stamps.get(root, ()) if now - t < self.window_s) + (now,)
-        self.stamps[root] = recent
-        if len(recent) >= self.limit:
-            del self.stamps[root]
-            return GiveUp(f"crash loop: {len(recent)} runner failures within {self.window_s:.0f}s "
-                          f"(last: {error})")
-        return Recreate(self.backoff_s * 2 ** (len(recent) - 1))
 
-    def replaced(self, old_id: str, new_id: str) -> None:
-        """`new_id` re-creates `old_id`: it carries on that lineage's failure count."""
-        self.lineage[new_id] = self.lineage.pop(old_id, old_id)
+def verdict(error: str, earlier: Sequence[float], now: float, policy: RecoveryPolicy) -> Recreate | GiveUp:
+    """`earlier`: when the instances this one replaces failed (wall clock), oldest first."""
+    if any(marker in error for marker in WEDGE_MARKERS):
+        return GiveUp(f"a runner overran its deadline and is not retried: {error}")
+    recent = [t for t in earlier if now - t < policy.window_s] + [now]
+    if len(recent) >= policy.limit:
+        return GiveUp(f"crash loop: {len(recent)} runner failures within {policy.window_s:.0f}s "
+                      f"(last: {error})")
+    return Recreate(policy.backoff_s * 2 ** (len(recent) - 1))
+
+
+def lineage_failures(state: State, instance_id: str) -> list[float]:
+    """When each instance that `instance_id` re-creates (directly or further back) failed."""
+    replaced = {note.replaced_by: (old, note) for old, note in state.deleted.items() if note.replaced_by}
+    out: list[float] = []
+    current = instance_id
+    for _ in range(len(state.deleted)):  # a chain is never longer than the notes kept
+        if current not in replaced:
+            break
+        current, note = replaced[current]
+        out.append(note.when)
+    return sorted(out)

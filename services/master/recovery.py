@@ -1,61 +1,55 @@
-"""The leader's answer to a failed runner: delete its instance now (the other ranks are stopped
-by their nodes' runner plans, its streams end), then re-create it after a back-off, or give it
-up with the reason (`failures.FailureBook` decides). Re-creations wait here until due; they are
-the leader's memory only, so a failover in between drops them (the instance stays deleted,
-with its reason in `/state`)."""
+"""The leader's answer to a failed runner (pure): delete its instance now (the other ranks are
+stopped by their nodes' runner plans, its streams end), then re-create it after a back-off, or
+give it up with the reason (`failures.verdict`). A pending re-creation lives in the replicated
+deletion note (`recreate_at`, the instance), not in the leader's memory: whoever leads when it
+falls due makes it, so a failover during the back-off does not lose it."""
 
 from __future__ import annotations
 
 import logging
-import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from skulk.services.master.commands import delete_events, place_again
-from skulk.services.master.failures import FailureBook, GiveUp
-from skulk.wire.commands import CommandAccepted, PlaceInstance, Reply
+from skulk.services.master.failures import GiveUp, RecoveryPolicy, lineage_failures, verdict
 from skulk.wire.message import Message
-from skulk.wire.state import State
+from skulk.wire.placement import PlacementError, place
+from skulk.wire.state import InstanceCreated, RecreationAbandoned, State
 
 log = logging.getLogger("skulk.master")
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    due: float
-    replaces: str  # the failed instance's id
-    command: PlaceInstance
+def runner_failed(state: State, runner_id: str, error: str, now: float,
+                  policy: RecoveryPolicy) -> list[Message]:
+    """The events that delete the failed runner's instance (none if it has none); `now` is the
+    wall clock, shared by every leader's reading of the notes."""
+    inst = next((i for i in state.instances.values() if runner_id in i.runner_to_shard), None)
+    if inst is None:
+        return []
+    decided = verdict(error, lineage_failures(state, inst.instance_id), now, policy)
+    if isinstance(decided, GiveUp):
+        log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, decided.reason)
+        return delete_events(state, inst.instance_id, decided.reason, now, "given_up")
+    reason = f"runner {runner_id} failed ({error}); re-creating in {decided.delay_s:.1f}s"
+    log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
+    return delete_events(state, inst.instance_id, reason, now, "runner_failed",
+                         recreate_at=now + decided.delay_s)
 
 
-@dataclass
-class Recovery:
-    book: FailureBook = field(default_factory=FailureBook)
-    pending: list[Pending] = field(default_factory=list)
-
-    def runner_failed(self, state: State, runner_id: str, error: str, now: float,
-                      wall: float) -> list[Message]:
-        """The events that delete the failed runner's instance (none if it has none)."""
-        inst = next((i for i in state.instances.values() if runner_id in i.runner_to_shard), None)
-        if inst is None:
-            return []
-        verdict = self.book.verdict(inst.instance_id, error, now)
-        if isinstance(verdict, GiveUp):
-            log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, verdict.reason)
-            return delete_events(state, inst.instance_id, verdict.reason, wall, "given_up")
-        self.pending.append(Pending(now + verdict.delay_s, inst.instance_id,
-                                    place_again(inst, uuid.uuid4().hex)))
-        reason = f"runner {runner_id} failed ({error}); re-creating in {verdict.delay_s:.1f}s"
-        log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
-        return delete_events(state, inst.instance_id, reason, wall, "runner_failed")
-
-    def due(self, now: float) -> list[Pending]:
-        ready = [p for p in self.pending if p.due <= now]
-        self.pending = [p for p in self.pending if p.due > now]
-        return ready
-
-    def placed(self, pending: Pending, reply: Reply) -> None:
-        if isinstance(reply, CommandAccepted):
-            self.book.replaced(pending.replaces, reply.instance_id)
-            log.info("re-created instance %s as %s", pending.replaces, reply.instance_id)
-        else:
-            log.error("could not re-create instance %s: %s", pending.replaces,
-                      getattr(reply, "message", reply.TYPE))
+def next_recreation(state: State, now: float, new_id: Callable[[], str],
+                    policy: RecoveryPolicy) -> list[Message]:
+    """The events of the first re-creation due at `now` (the caller applies them and asks
+    again, so each placement sees the ones before it). A placement refused now is tried again
+    on later calls (node info may be pending, a memory reading may still count the dead
+    runner); still refused once the failure window has passed, it is abandoned with the reason."""
+    for old_id, note in state.deleted.items():
+        if note.instance is None or note.recreate_at > now:
+            continue
+        placed = place(state, place_again(note.instance, new_id()), new_id)
+        if isinstance(placed, PlacementError):
+            if now - note.recreate_at <= policy.window_s:
+                continue
+            log.error("could not re-create instance %s: %s", old_id, placed.message)
+            return [RecreationAbandoned(instance_id=old_id, reason=placed.message)]
+        log.info("re-creating instance %s as %s", old_id, placed.instance_id)
+        return [InstanceCreated(instance=placed, replaces=old_id)]
+    return []

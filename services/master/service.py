@@ -16,10 +16,10 @@ import zmq
 from skulk.services.base import ServiceLoop
 from skulk.services.master.commands import handle, lost_placements
 from skulk.services.master.desk import CommandDesk
-from skulk.services.master.failures import ORDERLY_STOP, process_ended
+from skulk.services.master.failures import ORDERLY_STOP, RecoveryPolicy, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master import saved_state
-from skulk.services.master.recovery import Recovery
+from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.replication import SessionLog, seed
 from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
@@ -60,7 +60,7 @@ class Master:
         self.local_runners: dict[str, RunnerStatus] = {}
         self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
-        self.recovery = Recovery()
+        self.policy = RecoveryPolicy(backoff_s=ns.recreate_backoff)
         self.deposed: State | None = None  # our state as leader, until the winner's arrives
         self.saved_path = loop.rt.args.run_dir / "master-state.bin"
         self.announce_due = 0.0
@@ -296,12 +296,14 @@ class Master:
         """Leader: delete the instance now; re-create it after a back-off or give it up."""
         if error.startswith(ORDERLY_STOP):
             return  # its own node stopped it (the plan, a shutdown or a restart): not a failure
-        self.emit(self.recovery.runner_failed(self.state, runner_id, error, time.monotonic(), time.time()))
+        self.emit(runner_failed(self.state, runner_id, error, time.time(), self.policy))
 
     def recreate_due(self) -> None:
-        for pending in self.recovery.due(time.monotonic()):
-            if self.election.is_leader:
-                self.recovery.placed(pending, self.execute(pending.command))
+        """Leader: make the re-creations that are due (whoever led when their runner failed)."""
+        while self.election.is_leader and (events := next_recreation(
+                self.state, time.time(), lambda: uuid.uuid4().hex, self.policy)):
+            self.emit(events)
+            self.election.commands += 1
 
     def membership(self, msg: Membership) -> None:
         members = {m.info.node_id: m for m in msg.members}
@@ -381,6 +383,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--node-id", required=True)
     p.add_argument("--election-timeout", type=float, default=3.0)
+    p.add_argument("--recreate-backoff", type=float, default=0.5)
     p.add_argument("--place", action="append", default=[])
     ns = p.parse_args(argv)
     ns.advertise = "127.0.0.1" if ns.listen in ("0.0.0.0", "::", "") else ns.listen

@@ -238,3 +238,36 @@ def test_a_crashed_rank_stops_its_sibling_and_the_sharded_instance_is_recreated(
     print(f"the sibling rank on the other node was gone {time.monotonic() - fault_at:.2f}s after the kill "
           f"(a rank blocked in a collective gets SIGKILL {RUNNER_SHUTDOWN_S:.0f}s after SIGTERM)")
     served(a)
+
+
+def test_a_recreation_pending_when_the_leader_is_lost_is_made_by_the_next_leader(nodes, demo_model):
+    """A runner fails and, during its back-off, the leader's whole tree is killed: the pending
+    re-creation is replicated state, so the new leader makes it when it falls due."""
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    config = {**FAST, "runner": {"recreate_backoff_s": 8.0}}  # longer than an election takes
+    a = nodes("a", config=config, args=node_args(namespace, []), models={DEMO_DIR: demo_model})
+    b = nodes("b", config=config, args=node_args(namespace, [a]), models={DEMO_DIR: demo_model})
+    first = wait_until(a, lambda: converged([a, b], 2), 30, "formation")
+    by_id = {http_json(f"{n.url}/node_id")[1]: n for n in (a, b)}
+    leader = by_id[first["master"]]
+    survivor_id, survivor = next((i, n) for i, n in by_id.items() if n is not leader)
+    status, body = http_json(f"{survivor.url}/place_instance",
+                             {"model_id": MODEL, "excluded_nodes": [first["master"]]})
+    assert status == 200, body
+    iid = body["instance_id"]
+    runner = wait_model_ready(survivor)
+    fault_at = time.monotonic()
+    os.kill(survivor.status()[runner].pid, signal.SIGKILL)
+
+    def note(field: str):
+        return ((state_of(survivor) or {}).get("deletedInstances") or {}).get(iid, {}).get(field)
+
+    wait_until(survivor, lambda: note("recreateAt"), 10, "the pending re-creation replicated")
+    leader.kill_all()
+    print(f"leader killed {time.monotonic() - fault_at:.2f}s after the runner, during its 8s back-off")
+    again = wait_until(survivor, lambda: note("replacedBy"), 30, "re-created by the new leader")
+    state = state_of(survivor)
+    assert state["masterNodeId"] == survivor_id and again in state["instances"]
+    wait_model_ready(survivor, exclude=(runner,))
+    print(f"re-created as {again} by the new leader; ready {time.monotonic() - fault_at:.2f}s after the kill")
+    served(survivor)

@@ -1,42 +1,111 @@
-"""The leader's give-up policy for instances (pure)."""
+"""The leader's recovery of failed runners (pure): give-up policy, back-off, lineage, and
+re-creations kept in the replicated state so that any leader makes them."""
 
 from __future__ import annotations
 
-from skulk.services.master.failures import FailureBook, GiveUp, Recreate
+from dataclasses import replace
+
+from skulk.services.master.failures import GiveUp, Recreate, RecoveryPolicy, lineage_failures, verdict
+from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.supervisor import exitcodes
 from skulk.supervisor.strategy import should_restart
+from skulk.wire.codec import decode, encode
+from skulk.wire.reducer import DELETIONS_KEPT
+from skulk.wire.state import InstanceCreated, InstanceDeleted, RecreationAbandoned, Task, TaskCreated
+from tests.unit.test_state_and_routing import PARAMS, ids, placed, run
+
+POLICY = RecoveryPolicy()
+ABORT = "Terminated (signal 6 (SIGABRT))"
 
 
 def test_a_wedge_deletes_at_once():
-    book = FailureBook()
-    why = book.verdict("i", "Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))", 0.0)
+    why = verdict("Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))", [], 0.0, POLICY)
     assert isinstance(why, GiveUp) and "not retried" in why.reason
 
 
 def test_a_ring_that_did_not_form_is_recreated_on_new_ports():
-    book = FailureBook()
     error = ("rank 0 forming its mx.distributed ring with 127.0.0.1:61001 exceeded its 120s deadline"
              " — a peer rank is down, or its port is unreachable or taken")
-    assert book.verdict("i", error, 0.0) == Recreate(0.5)
-    assert book.verdict("j", "Terminated (exit code 87 (group connect failed))", 0.0) == Recreate(0.5)
+    assert verdict(error, [], 0.0, POLICY) == Recreate(0.5)
+    assert verdict("Terminated (exit code 87 (group connect failed))", [], 0.0, POLICY) == Recreate(0.5)
 
 
-def test_failures_recreate_with_doubling_backoff_then_a_crash_loop_gives_up():
-    book = FailureBook()
-    assert book.verdict("i", "Terminated (signal 6 (SIGABRT))", 0.0) == Recreate(0.5)
-    book.replaced("i", "i2")  # the re-created instance carries the count on
-    assert book.verdict("i2", "Terminated (signal 6 (SIGABRT))", 10.0) == Recreate(1.0)
-    book.replaced("i2", "i3")
-    assert book.verdict("other", "x", 11.0) == Recreate(0.5)
-    why = book.verdict("i3", "Terminated (signal 6 (SIGABRT))", 20.0)
+def test_backoff_doubles_and_the_third_failure_in_the_window_gives_up():
+    assert verdict(ABORT, [], 0.0, POLICY) == Recreate(0.5)
+    assert verdict(ABORT, [0.0], 10.0, POLICY) == Recreate(1.0)
+    assert verdict(ABORT, [0.0], 10.0, RecoveryPolicy(backoff_s=4.0)) == Recreate(8.0)
+    why = verdict(ABORT, [0.0, 10.0], 20.0, POLICY)
     assert isinstance(why, GiveUp) and why.reason.startswith("crash loop: 3 runner failures within 60s")
 
 
 def test_old_failures_age_out():
-    book = FailureBook()
-    verdicts = [book.verdict("i", "boom", t) for t in (0.0, 30.0, 61.0, 92.0)]
-    assert verdicts == [Recreate(0.5), Recreate(1.0), Recreate(1.0), Recreate(1.0)]
-    assert book.verdict("i", "boom", 200.0) == Recreate(0.5)
+    assert verdict("boom", [0.0, 30.0], 61.0, POLICY) == Recreate(1.0)
+    assert verdict("boom", [0.0, 30.0], 200.0, POLICY) == Recreate(0.5)
+
+
+def test_a_failed_runner_deletes_its_instance_and_the_note_keeps_the_recreation():
+    state, iid, rid = placed()
+    state = run(state, [TaskCreated(task=Task(task_id="t", command_id="c", instance_id=iid,
+                                              status="Running", owner_node="n1", params=PARAMS))])
+    events = runner_failed(state, rid, ABORT, 100.0, POLICY)
+    gone = run(state, events)
+    note = gone.deleted[iid]
+    assert gone.instances == {} and gone.tasks["t"].status == "Cancelled"
+    assert (note.cause, note.recreate_at, note.instance) == ("runner_failed", 100.5, state.instances[iid])
+    assert "re-creating in 0.5s" in note.reason
+    assert decode(encode(gone)) == gone  # the pending re-creation travels in snapshots
+    assert runner_failed(gone, rid, ABORT, 101.0, POLICY) == []  # no instance left: nothing to do
+
+
+def test_any_leader_makes_a_due_recreation_once_and_the_lineage_counts_on():
+    state, iid, rid = placed()
+    gone = run(state, runner_failed(state, rid, ABORT, 100.0, POLICY))
+    assert next_recreation(gone, 100.4, ids(), POLICY) == []  # not due yet
+    (created,) = next_recreation(gone, 100.5, ids(), POLICY)  # e.g. a new leader, from the replica
+    assert isinstance(created, InstanceCreated) and created.replaces == iid
+    again = run(gone, [created])
+    new_id = created.instance.instance_id
+    assert again.deleted[iid].replaced_by == new_id and again.deleted[iid].instance is None
+    assert next_recreation(again, 200.0, ids(), POLICY) == []  # made once
+    assert lineage_failures(again, new_id) == [100.0]
+    (new_rid,) = again.instances[new_id].runner_to_shard
+    second = run(again, runner_failed(again, new_rid, ABORT, 110.0, POLICY))
+    assert second.deleted[new_id].recreate_at == 111.0  # back-off doubled: the count carried on
+    (third,) = next_recreation(second, 111.0, ids(), POLICY)
+    third_state = run(second, [third])
+    assert lineage_failures(third_state, third.instance.instance_id) == [100.0, 110.0]
+    (third_rid,) = third_state.instances[third.instance.instance_id].runner_to_shard
+    final = run(third_state, runner_failed(third_state, third_rid, ABORT, 120.0, POLICY))
+    note = final.deleted[third.instance.instance_id]
+    assert note.cause == "given_up" and note.instance is None and "crash loop" in note.reason
+    assert next_recreation(final, 500.0, ids(), POLICY) == []
+
+
+def test_a_refused_recreation_is_tried_again_until_the_window_passes_then_abandoned():
+    state, iid, rid = placed()
+    gone = run(state, runner_failed(state, rid, ABORT, 100.0, POLICY))
+    full = replace(gone, nodes={n: replace(i, ram_available=0) for n, i in gone.nodes.items()})
+    assert next_recreation(full, 101.0, ids(), POLICY) == []  # a later memory reading may fit
+    no_info = replace(gone, nodes={})  # a new leader still gathering node info
+    assert next_recreation(no_info, 101.0, ids(), POLICY) == []
+    (late,) = next_recreation(full, 100.5 + 61, ids(), POLICY)
+    assert isinstance(late, RecreationAbandoned) and late.reason.startswith("No candidate cycle fits")
+    note = run(gone, [late]).deleted[iid]
+    assert note.cause == "given_up" and note.instance is None and "; not re-created: No candidate" in note.reason
+    assert next_recreation(run(gone, [late]), 200.0, ids(), POLICY) == []
+    (made,) = next_recreation(gone, 100.5 + 600, ids(), POLICY)  # placeable: made, however late
+    assert isinstance(made, InstanceCreated)
+
+
+def test_a_pending_recreation_outlives_the_trimming_of_old_notes():
+    state, iid, rid = placed()
+    gone = run(state, runner_failed(state, rid, ABORT, 100.0, POLICY))
+    for n in range(DELETIONS_KEPT + 5):  # many other deletions within the back-off
+        other, other_id, _ = placed(gone)
+        gone = run(other, [InstanceDeleted(instance_id=other_id, reason="x", when=100.0 + n / 100)])
+    assert len(gone.deleted) == DELETIONS_KEPT + 1 and gone.deleted[iid].instance is not None
+    (created,) = next_recreation(gone, 101.0, ids(), POLICY)
+    assert isinstance(created, InstanceCreated) and created.replaces == iid
 
 
 def test_wedged_and_group_connect_exits_are_never_restarted():
