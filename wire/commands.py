@@ -17,6 +17,27 @@ from skulk.wire.state import State, TaskParams
 SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "
                    "flight; please retry")
 """Upstream's words for a command that was in flight when its leader went away."""
+INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
+INSTANCE_LOST = "The instance executing this request was lost (node disconnected or instance deleted)"
+RUNNER_LOST = "Runner shutdown before completing command ({detail})"
+"""Upstream's words for a request whose instance an operator deleted, whose instance was lost
+with its node, or whose runner died (the master's `TaskFailed` and the API's error say the same)."""
+
+
+def error_type(message: str) -> str:
+    """The machine-readable kind of a request's error (`TaskFailed.error_type`), whichever side
+    noticed it first: the master (instance lost, runner failed) or the API (link, stall)."""
+    if message == INSTANCE_LOST:
+        return "instance_lost"
+    if message.startswith(RUNNER_LOST.split("{", 1)[0]):
+        return "runner_failed"
+    if message == SESSION_CHANGED:
+        return "session_changed"
+    if message.startswith("Stream stalled"):
+        return "stalled"
+    return "runner_error"
+
+
 RESTART_PENDING = "restart_already_pending"
 """The 409 of `POST /admin/restart` while the node's restart is under way."""
 

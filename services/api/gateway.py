@@ -21,7 +21,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.api.replica import StateReplica
 from skulk.wire import endpoints
-from skulk.wire.commands import Reply
+from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, Reply
 from skulk.wire.errors import WireError
 from skulk.wire.inference import Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
 from skulk.wire.message import Message
@@ -56,9 +56,6 @@ class KeepAlive:
     """Yielded by a stream after `keepalive_s` of silence (the SSE writer sends a comment)."""
 
 
-INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
-INSTANCE_LOST = "The instance executing this request was lost (node disconnected or instance deleted)"
-RUNNER_LOST = "Runner shutdown before completing command ({detail})"
 LINK_LOST = "connection to the runner closed"
 
 

@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 
 from skulk.wire.placement import PlacementError, place
 from skulk.services.master.routing import RouteError, route
-from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
-                                 Reply, Routed, SnapshotRequest, StateSnapshot, TaskCancelled,
-                                 TaskFinished, TextGeneration)
+from skulk.wire.commands import (INSTANCE_LOST, RUNNER_LOST, CommandAccepted, CommandRejected,
+                                 DeleteInstance, PlaceInstance, Reply, Routed, SnapshotRequest,
+                                 StateSnapshot, TaskCancelled, TaskFinished, TextGeneration,
+                                 error_type)
 from skulk.wire.message import Message
-from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, Instance, InstanceCreated, InstanceDeleted, State, Task, TaskCreated,
-                              TaskDeleted, TaskStatusUpdated)
+from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, Instance, InstanceCreated, InstanceDeleted,
+                              NodeTimedOut, State, Task, TaskCreated, TaskDeleted, TaskFailed,
+                              TaskStatusUpdated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,14 +24,33 @@ class Outcome:
     events: list[Message] = field(default_factory=list)
 
 
+def _open_tasks(state: State, instance_ids: set[str]) -> list[Task]:
+    return [t for t in state.tasks.values() if t.instance_id in instance_ids and t.status in ("Pending", "Running")]
+
+
 def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause,
                   recreate_at: float = 0.0) -> list[Message]:
-    """Cancel the instance's open tasks (their streams end at once), then delete it."""
-    cancels: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
-                              for t in state.tasks.values()
-                              if t.instance_id == instance_id and t.status in ("Pending", "Running")]
-    return [*cancels, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause,
-                                       recreate_at=recreate_at)]
+    """End the instance's open tasks, then delete it: an operator's delete cancels them; a
+    failed runner fails them with upstream's runner-shutdown message (their API threads have
+    usually ended the streams already; the events are the record)."""
+    if cause == "operator":
+        ends: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
+                               for t in _open_tasks(state, {instance_id})]
+    else:
+        ends = [TaskFailed(task_id=t.task_id, error_type="runner_failed",
+                           error_message=RUNNER_LOST.format(detail=reason))
+                for t in _open_tasks(state, {instance_id})]
+    return [*ends, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause,
+                                   recreate_at=recreate_at)]
+
+
+def node_lost_events(state: State, node_id: str, when: float) -> list[Message]:
+    """Upstream's order: `TaskFailed(instance_lost)` for every open task of an instance on the
+    node, then `NodeTimedOut` (which removes the node, its instances and their tasks)."""
+    gone = {i for i, inst in state.instances.items() if node_id in inst.node_to_runner}
+    return [*(TaskFailed(task_id=t.task_id, error_type="instance_lost", error_message=INSTANCE_LOST)
+              for t in _open_tasks(state, gone)),
+            NodeTimedOut(node_id=node_id, when=when)]
 
 
 def place_again(inst: Instance, command_id: str) -> PlaceInstance:
@@ -90,6 +111,9 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str]) -> Outcome:
         if task is not None:
             if isinstance(cmd, TaskCancelled):
                 events.append(TaskStatusUpdated(task_id=task.task_id, status="Cancelled"))
+            elif cmd.failed and task.status != "Failed":  # the API saw it first: the record says so
+                events.append(TaskFailed(task_id=task.task_id, error_type=error_type(cmd.error_message),
+                                         error_message=cmd.error_message))
             events.append(TaskDeleted(task_id=task.task_id))
         return Outcome(CommandAccepted(command_id=cmd.command_id), events)
     return Outcome(CommandRejected(command_id=getattr(cmd, "command_id", ""), status=400,

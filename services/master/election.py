@@ -7,10 +7,15 @@
   a lone node that was placed on is not deposed by a fresh one, whose state would win). A leader's seniority is the largest cluster it has led,
   counted by nodes that actually follow it (they ask it for the state), never by the gossip
   member count, so a late joiner or a healed lone node never deposes an established leader.
+- Freeze: a leader whose own ticks stopped for longer than the announce liveness (the process
+  was stopped, the machine slept) knows its followers have given up on it: it campaigns, and
+  follows whoever they elected meanwhile (a leader ignores campaigns; it answers by announcing).
 - Loss: when the leader leaves the gossip membership (or stops announcing), every node
   campaigns: raises its clock above any seen, tells every member, and after `timeout_s`
   (DEFAULT_ELECTION_TIMEOUT, 3 s) picks the max candidate by (clock, last applied index,
-  node id): the node that knows the most state wins. Each win opens a new session.
+  node id): the node that knows the most state wins. Each win opens a new session. A leader
+  ignores campaigns (a follower that froze past the liveness window campaigns on thaw, then
+  hears the leader's announce and follows it): no new session, nothing in flight fails.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class Election:
     candidates: dict[str, Campaign] = field(default_factory=dict)
     members: frozenset[str] = frozenset()
     followers: set[str] = field(default_factory=set)
+    last_tick: float | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -112,6 +118,8 @@ class Election:
             self.seniority = max(self.seniority, 1 + len(self.followers))
 
     def on_campaign(self, msg: Campaign, now: float, last_idx: int) -> list[Action]:
+        if self.is_leader:
+            return []  # we lead and announce: the campaigner (say a follower that froze) follows
         if self.leader is not None and now - self.leader_seen < ANNOUNCE_LIVENESS_S \
                 and msg.node_id != self.leader:
             return []  # a live leader exists: the campaigner will hear its announce
@@ -142,6 +150,10 @@ class Election:
         return [Follow(msg.node_id, msg.session)]
 
     def tick(self, now: float, last_idx: int) -> list[Action]:
+        frozen = self.last_tick is not None and now - self.last_tick > ANNOUNCE_LIVENESS_S
+        self.last_tick = now
+        if frozen and self.is_leader and len(self.members) > 1:
+            return self.start(now, last_idx)  # our followers gave up on us: rejoin, do not impose
         if self.campaign_until is not None and now >= self.campaign_until:
             self.campaign_until = None
             live = [c for n, c in self.candidates.items() if n == self.node_id or n in self.members]

@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import handle, lost_placements
+from skulk.services.master.commands import handle, lost_placements, node_lost_events
 from skulk.services.master.desk import CommandDesk
 from skulk.services.master.failures import ORDERLY_STOP, RecoveryPolicy, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
@@ -33,7 +33,7 @@ from skulk.wire.message import Message
 from skulk.wire.reducer import apply
 from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, recv_published, recv_routed,
                                 send, send_routed)
-from skulk.wire.state import (IndexedEvent, NodeGatheredInfo, NodeTimedOut, RunnerStatus,
+from skulk.wire.state import (IndexedEvent, NodeGatheredInfo, RunnerStatus,
                               RunnerStatusUpdated, State, StateHead)
 from skulk.wire.topics import EVT_STATE
 
@@ -334,7 +334,7 @@ class Master:
         gone = [n for n in self.state.nodes if n not in self.members]
         for node_id in gone:
             log.warning("node %s timed out; removing it and its instances", node_id)
-        events: list[Message] = [NodeTimedOut(node_id=n, when=time.time()) for n in gone]
+        events: list[Message] = [e for n in gone for e in node_lost_events(self.state, n, time.time())]
         for node_id, member in self.members.items():
             if force or node_id not in self.state.nodes or now - self.info_sent.get(node_id, 0) > NODE_INFO_REFRESH_S:
                 self.info_sent[node_id] = now

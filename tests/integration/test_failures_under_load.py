@@ -54,6 +54,17 @@ def served(node, max_tokens: int = 4) -> None:
     assert status == 200 and body["usage"]["completion_tokens"] > 0, body
 
 
+def failed_task_kinds(node, count: int) -> list[str] | None:
+    """The `error_type` of each `TaskFailed` in the node's event log, once there are `count`
+    (the event log writes behind the bus: waited for, never raced)."""
+    from skulk.services.eventlog.segment import read_records
+    from skulk.wire.codec import decode
+
+    kinds = [decode(p).event.error_type for _, t, p in read_records(node.home / "eventlog" / "events.log")
+             if t.startswith(b"evt.state.event.task_failed")]
+    return kinds if len(kinds) >= count else None
+
+
 def check_outcomes(outcomes, fault_at: float, what: str, may_finish: bool = False) -> list[float]:
     """No client hung; each got an error (or, where allowed, its whole answer); print it all."""
     print(f"{what}:\n{summary(outcomes, fault_at)}")
@@ -117,7 +128,7 @@ def test_node_loss_mid_generation_under_load(nodes, demo_model, how):
     namespace = f"t-{uuid.uuid4().hex[:8]}"
     a = nodes("a", config=FAST, args=node_args(namespace, []), models={DEMO_DIR: demo_model})
     b = nodes("b", config=FAST, args=node_args(namespace, [a]), models={DEMO_DIR: demo_model})
-    wait_until(a, lambda: converged([a, b], 2), 30, "formation")
+    formed = wait_until(a, lambda: converged([a, b], 2), 30, "formation")
     a_id = http_json(f"{a.url}/node_id")[1]
     status, body = http_json(f"{a.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [a_id]})
     assert status == 200, body
@@ -138,15 +149,23 @@ def test_node_loss_mid_generation_under_load(nodes, demo_model, how):
                    for o in outcomes if o.error)
         wait_until(a, lambda: iid not in (state_of(a) or {"instances": {iid: 1}})["instances"], 10,
                    "the lost instance removed")
+        if formed["master"] == a_id:  # the leader lived: its record says why each task failed
+            kinds = wait_until(a, lambda: failed_task_kinds(a, len(times)), 10, "TaskFailed recorded")
+            print(f"the leader recorded TaskFailed: {kinds}")
+            assert set(kinds) <= {"instance_lost", "runner_failed"}, (kinds, [o.error for o in outcomes])
     finally:
         if how == "frozen":
             os.killpg(b.pid, signal.SIGCONT)
     # The surviving node serves the model again once it is placed there (after the thawed node,
     # if any, has rejoined: a placement sent across that session change would get a 503 to retry).
     everyone = [a] if how == "killed" else [a, b]
-    wait_until(a, lambda: converged(everyone, len(everyone)), 30, "one cluster again")
-    assert http_json(f"{a.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [
-        n for n in (state_of(a) or {})["nodeIdentities"] if n != a_id]})[0] == 200
+    rejoined = wait_until(a, lambda: converged(everyone, len(everyone)), 30, "one cluster again")
+    # A thawed node (a follower, or the old leader: it knows it was frozen) follows the leader
+    # that served meanwhile: no new session, nothing in flight failed.
+    assert rejoined["master"] == a_id, (formed["master"], rejoined["master"], a_id)
+    again = http_json(f"{a.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [
+        n for n in (state_of(a) or {})["nodeIdentities"] if n != a_id]})
+    assert again[0] == 200, (again, a.log_tail())
     wait_model_ready(a)
     served(a)
 

@@ -86,6 +86,44 @@ def test_campaigns_are_ignored_while_a_live_leader_exists():
     assert e.on_campaign(Campaign(node_id="z", clock=9, last_idx=0), 1.0, 0) == []
 
 
+def test_a_follower_that_thaws_campaigns_but_the_leader_keeps_its_session():
+    a, b = Election("a"), Election("b")
+    a.boot(0.0)
+    a.on_membership(frozenset({"a", "b"}), 0.0, 0)
+    b.on_membership(frozenset({"a", "b"}), 0.0, 0)
+    assert b.on_announce(a.announce(3), 0.5) == [Follow("a", "1-a")]
+    a.follower("b")
+    campaign = b.tick(60.0, 3)  # b was frozen for a minute: its leader looks silent
+    assert isinstance(campaign[0], Broadcast)
+    assert a.on_campaign(campaign[0].msg, 60.0, 9) == [] and a.is_leader and a.session == "1-a"
+    assert b.on_announce(a.announce(9), 60.2) == [Follow("a", "1-a")]
+
+
+def test_a_leader_that_thaws_follows_the_one_elected_meanwhile():
+    a, b = Election("a"), Election("b")
+    a.boot(0.0)
+    for e in (a, b):
+        e.on_membership(frozenset({"a", "b"}), 0.0, 0)
+    assert b.on_announce(a.announce(0), 0.5) == [Follow("a", "1-a")]
+    a.follower("b")  # b asked a for the state: a's seniority grows to 2
+    assert a.tick(1.0, 4) == [] and a.is_leader
+    b.on_membership(frozenset({"b"}), 2.5, 4)  # a froze and left the membership: b campaigns
+    assert b.tick(5.6, 4) == [BecomeLeader(f"{b.clock}-b")]
+    b.on_membership(frozenset({"a", "b"}), 20.0, 6)  # a thaws, still leading its old session...
+    campaign = a.tick(20.0, 4)  # ...but its own ticks stopped for 19 s: it knows it was frozen
+    assert isinstance(campaign[0], Broadcast) and not a.is_leader
+    assert b.on_campaign(campaign[0].msg, 20.0, 6) == [] and b.is_leader  # b keeps its session
+    assert a.on_announce(b.announce(6), 20.2) == [Follow("b", f"{b.clock}-b")]
+
+
+def test_a_lone_leader_that_was_frozen_keeps_leading():
+    a = Election("a")
+    a.boot(0.0)
+    a.on_membership(frozenset({"a"}), 0.0, 0)
+    a.tick(1.0, 0)
+    assert a.tick(60.0, 0) == [] and a.is_leader and a.session == "1-a"
+
+
 def hello(node: str, port: int) -> PeerHello:
     info = NodeInfo(node_id=node, friendly_name=node, skulk_version="t", ram_total=1, ram_available=1,
                     when=0.0, addresses=("10.0.0.5", "127.0.0.1"))

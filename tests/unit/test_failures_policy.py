@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from skulk.services.master.commands import node_lost_events
 from skulk.services.master.failures import GiveUp, Recreate, RecoveryPolicy, lineage_failures, verdict
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.supervisor import exitcodes
 from skulk.supervisor.strategy import should_restart
 from skulk.wire.codec import decode, encode
+from skulk.wire.commands import INSTANCE_LOST
 from skulk.wire.reducer import DELETIONS_KEPT
-from skulk.wire.state import InstanceCreated, InstanceDeleted, RecreationAbandoned, Task, TaskCreated
+from skulk.wire.state import (InstanceCreated, InstanceDeleted, NodeTimedOut, RecreationAbandoned, Task,
+                              TaskCreated)
 from tests.unit.test_state_and_routing import PARAMS, ids, placed, run
 
 POLICY = RecoveryPolicy()
@@ -50,7 +53,9 @@ def test_a_failed_runner_deletes_its_instance_and_the_note_keeps_the_recreation(
     events = runner_failed(state, rid, ABORT, 100.0, POLICY)
     gone = run(state, events)
     note = gone.deleted[iid]
-    assert gone.instances == {} and gone.tasks["t"].status == "Cancelled"
+    task = gone.tasks["t"]
+    assert gone.instances == {} and (task.status, task.error_type) == ("Failed", "runner_failed")
+    assert task.error_message == f"Runner shutdown before completing command ({note.reason})"
     assert (note.cause, note.recreate_at, note.instance) == ("runner_failed", 100.5, state.instances[iid])
     assert "re-creating in 0.5s" in note.reason
     assert decode(encode(gone)) == gone  # the pending re-creation travels in snapshots
@@ -106,6 +111,18 @@ def test_a_pending_recreation_outlives_the_trimming_of_old_notes():
     assert len(gone.deleted) == DELETIONS_KEPT + 1 and gone.deleted[iid].instance is not None
     (created,) = next_recreation(gone, 101.0, ids(), POLICY)
     assert isinstance(created, InstanceCreated) and created.replaces == iid
+
+
+def test_a_lost_node_fails_its_tasks_as_instance_lost_before_it_is_removed():
+    state, iid, _ = placed()
+    state = run(state, [TaskCreated(task=Task(task_id="t", command_id="c", instance_id=iid,
+                                              status="Running", owner_node="n1", params=PARAMS))])
+    events = node_lost_events(state, "n1", 7.0)
+    assert [type(e).__name__ for e in events] == ["TaskFailed", "NodeTimedOut"]
+    assert (events[0].error_type, events[0].error_message) == ("instance_lost", INSTANCE_LOST)
+    assert node_lost_events(state, "elsewhere", 7.0) == [NodeTimedOut(node_id="elsewhere", when=7.0)]
+    gone = run(state, events)
+    assert gone.instances == {} and gone.tasks == {} and gone.deleted[iid].cause == "node_lost"
 
 
 def test_wedged_and_group_connect_exits_are_never_restarted():

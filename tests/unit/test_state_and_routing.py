@@ -11,7 +11,7 @@ import pytest
 from skulk.services.master.commands import handle, lost_placements
 from skulk.services.master.routing import Route, RouteError, route
 from skulk.services.master.runner_plan import plan
-from skulk.wire.commands import (CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
+from skulk.wire.commands import (INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED, CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
                                  Routed, StateSnapshot, SnapshotRequest, TaskCancelled,
                                  TaskFinished, TextGeneration)
 from skulk.wire.models import ModelCard
@@ -115,6 +115,23 @@ def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
     assert [type(e).__name__ for e in cancelled.events] == ["TaskStatusUpdated", "TaskDeleted"]
     assert isinstance(handle(state, TaskFinished(command_id="g", finished_command_id="zz"), ids()).reply,
                       CommandAccepted)
+
+
+@pytest.mark.parametrize("message,kind", [
+    (INSTANCE_LOST, "instance_lost"), (RUNNER_LOST.format(detail="signal 9 (SIGKILL)"), "runner_failed"),
+    (SESSION_CHANGED, "session_changed"), ("Stream stalled: no output for 120s; the response may be "
+                                           "incomplete.", "stalled"), ("boom", "runner_error")])
+def test_a_failure_the_api_saw_first_is_recorded_as_task_failed(message, kind):
+    state, _, _ = placed()
+    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids()).events)
+    events = handle(state, TaskFinished(command_id="f", finished_command_id="t1", failed=True,
+                                        error_message=message), ids()).events
+    assert [type(e).__name__ for e in events] == ["TaskFailed", "TaskDeleted"]
+    assert (events[0].error_type, events[0].error_message) == (kind, message)
+    failed = run(state, events[:1])
+    again = handle(failed, TaskFinished(command_id="g", finished_command_id="t1", failed=True,
+                                        error_message=message), ids()).events
+    assert [type(e).__name__ for e in again] == ["TaskDeleted"]  # the master recorded it already
 
 
 def test_deletions_say_why_for_people_and_for_machines():
