@@ -139,6 +139,10 @@ class NodeLoop:
         if self.root.terminating:
             return
         self.after_stop = "exec" if verb == "restart" else "exit"
+        # Told before any child stops: the master tells the leader to keep this node while it
+        # restarts in place (its children are stopped in reverse order, the master late).
+        self._emit("node", self.spec.id, "restarting" if verb == "restart" else "stopping", None, 0,
+                   f"admin {verb}")
         self.root.stop(now, reason=f"admin {verb}")
 
     def _reap(self, now: float) -> None:

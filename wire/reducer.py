@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
-                              NodeTimedOut, RecreationAbandoned,
+                              NodeRestarting, NodeTimedOut, RecreationAbandoned,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
                               TaskFailed, TaskStatusUpdated)
 
@@ -60,6 +60,9 @@ def _apply(state: State, event: object) -> State:
         return replace(state, tasks={k: v for k, v in state.tasks.items() if k != event.task_id})
     if isinstance(event, NodeGatheredInfo):
         return replace(state, nodes={**state.nodes, event.info.node_id: event.info})
+    if isinstance(event, NodeRestarting):  # `until` 0: the node is back
+        restarting = {k: v for k, v in state.restarting.items() if k != event.node_id}
+        return replace(state, restarting={**restarting, **({event.node_id: event.until} if event.until else {})})
     if isinstance(event, NodeTimedOut):
         gone = {i for i, inst in state.instances.items() if event.node_id in inst.node_to_runner}
         runners = {r for i in gone for r in state.instances[i].runner_to_shard}
@@ -68,6 +71,7 @@ def _apply(state: State, event: object) -> State:
             reason=f"lost with node {event.node_id} (timed out)") for i in sorted(gone)}}
         return replace(
             state, nodes={k: v for k, v in state.nodes.items() if k != event.node_id},
+            restarting={k: v for k, v in state.restarting.items() if k != event.node_id},
             deleted=_trim(deleted),
             instances={k: v for k, v in state.instances.items() if k not in gone},
             runners={k: v for k, v in state.runners.items() if k not in runners},

@@ -153,6 +153,7 @@ class State(Message):
     tasks: dict[str, Task] = field(default_factory=dict)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     deleted: dict[str, DeletionNote] = field(default_factory=dict)
+    restarting: dict[str, float] = field(default_factory=dict)  # node id -> kept until (wall clock)
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -227,6 +228,21 @@ class NodeTimedOut(Message):
     when: float = 0.0  # wall clock, for the deletion notes of its instances
 
 
+RESTART_GRACE_S = 30.0
+"""How long the leader keeps a node that announced an in-place restart (and its instances)
+while gossip does not hear it: it is back in a few seconds, its instances are served again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeRestarting(Message):
+    """A node is restarting in place (`POST /admin/restart`, SIGHUP): not lost until `until`;
+    `until` 0: it is back (said by its new master process once it has the state)."""
+
+    TYPE: ClassVar[str] = "event.node_restarting"
+    node_id: str
+    until: float  # wall clock
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGatheredInfo(Message):
     TYPE: ClassVar[str] = "event.node_gathered_info"
@@ -234,9 +250,9 @@ class NodeGatheredInfo(Message):
 
 
 Event = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
-         | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut)
+         | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting)
 EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, RunnerStatusUpdated, TaskCreated,
-               TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut)
+               TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut, NodeRestarting)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -107,6 +107,7 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "nodeSystem": {},
         "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
         "masterNodeId": state.master_node_id,
+        "restartingNodes": {n: iso(until) for n, until in state.restarting.items()},
         "deletedInstances": {i: {"modelId": d.model_id, "reason": d.reason, "cause": d.cause or None,
                                  "deletedAt": iso(d.when) if d.when else None,
                                  "recreateAt": iso(d.recreate_at) if d.recreate_at else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from skulk.wire.message import Message
 from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, Instance, InstanceCreated, InstanceDeleted,
                               NodeTimedOut, State, Task, TaskCreated, TaskDeleted, TaskFailed,
                               TaskStatusUpdated)
+
+log = logging.getLogger("skulk.master")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
 def node_lost_events(state: State, node_id: str, when: float) -> list[Message]:
     """Upstream's order: `TaskFailed(instance_lost)` for every open task of an instance on the
     node, then `NodeTimedOut` (which removes the node, its instances and their tasks)."""
+    log.warning("node %s timed out; removing it and its instances", node_id)
     gone = {i for i, inst in state.instances.items() if node_id in inst.node_to_runner}
     return [*(TaskFailed(task_id=t.task_id, error_type="instance_lost", error_message=INSTANCE_LOST)
               for t in _open_tasks(state, gone)),

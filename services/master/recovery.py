@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from skulk.services.master.commands import delete_events, place_again
-from skulk.services.master.failures import GiveUp, RecoveryPolicy, lineage_failures, verdict
+from skulk.services.master.failures import ORDERLY_STOP, GiveUp, RecoveryPolicy, lineage_failures, verdict
 from skulk.wire.message import Message
 from skulk.wire.placement import PlacementError, place
 from skulk.wire.state import InstanceCreated, RecreationAbandoned, State
@@ -20,8 +20,11 @@ log = logging.getLogger("skulk.master")
 
 def runner_failed(state: State, runner_id: str, error: str, now: float,
                   policy: RecoveryPolicy) -> list[Message]:
-    """The events that delete the failed runner's instance (none if it has none); `now` is the
-    wall clock, shared by every leader's reading of the notes."""
+    """The events that delete the failed runner's instance (none if it has none, or if its own
+    node stopped it: the plan, a shutdown, a restart); `now` is the wall clock, shared by every
+    leader's reading of the notes."""
+    if error.startswith(ORDERLY_STOP):
+        return []
     inst = next((i for i in state.instances.values() if runner_id in i.runner_to_shard), None)
     if inst is None:
         return []

@@ -42,6 +42,11 @@ def load(path: Path, node_id: str) -> State | None:
     return carried
 
 
+def boot_placements(state: State, models_dir: Path, model_ids: list[str]) -> list[PlaceInstance]:
+    """The placements `skulk run --place` asks for at boot (those that can and must be made)."""
+    return [cmd for m in model_ids if (cmd := boot_placement(state, models_dir, m)) is not None]
+
+
 def boot_placement(state: State, models_dir: Path, model_id: str) -> PlaceInstance | None:
     """`--place MODEL`: the placement to make (from the local models dir), or None when the
     model is already placed (an instance carried over an in-place restart) or cannot be."""

@@ -14,17 +14,18 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import handle, lost_placements, node_lost_events
+from skulk.services.master.commands import handle, lost_placements
 from skulk.services.master.desk import CommandDesk
-from skulk.services.master.failures import ORDERLY_STOP, RecoveryPolicy, process_ended
+from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master import saved_state
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.replication import SessionLog, seed
+from skulk.services.master.roster import Roster
 from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
-                                LocalEvent, Member, Membership, ReplayRequest, SnapshotPush)
+                                LocalEvent, Membership, ReplayRequest, SnapshotPush)
 from skulk.wire.commands import (CommandAccepted, CommandRejected, RestartNode,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import WireError
@@ -33,19 +34,14 @@ from skulk.wire.message import Message
 from skulk.wire.reducer import apply
 from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, recv_published, recv_routed,
                                 send, send_routed)
-from skulk.wire.state import (IndexedEvent, NodeGatheredInfo, RunnerStatus,
+from skulk.wire.state import (RESTART_GRACE_S, IndexedEvent, NodeRestarting, RunnerStatus,
                               RunnerStatusUpdated, State, StateHead)
 from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.master")
 
 MAX_PEER_FRAME = 64 * 1024 * 1024
-NODE_INFO_REFRESH_S = 10.0
 ANNOUNCE_INTERVAL_S = 0.5
-
-
-def _rejected(exc: WireError) -> None:
-    log.warning("master: rejected a bad frame on the cluster port: %s", exc)
 
 
 class Master:
@@ -54,12 +50,12 @@ class Master:
         self.election = Election(ns.node_id, timeout_s=ns.election_timeout, incarnation=uuid.uuid4().hex[:6])
         self.state = State()
         self.log: SessionLog | None = None
-        self.members: dict[str, Member] = {}
+        self.roster = Roster()
         self.peers: dict[str, zmq.Socket[Any]] = {}
         self.desk = CommandDesk()
         self.local_runners: dict[str, RunnerStatus] = {}
-        self.info_sent: dict[str, float] = {}
         self.boot_places: list[str] = list(ns.place)
+        self.leaving = False  # our node is restarting in place (this process is the old image)
         self.policy = RecoveryPolicy(backoff_s=ns.recreate_backoff)
         self.deposed: State | None = None  # our state as leader, until the winner's arrives
         self.saved_path = loop.rt.args.run_dir / "master-state.bin"
@@ -81,10 +77,10 @@ class Master:
         for action in actions:
             if isinstance(action, Broadcast):
                 log.info("campaigning for leader (clock %d, %d member(s), last index %d)",
-                         action.msg.clock, len(self.members), action.msg.last_idx)
+                         action.msg.clock, len(self.roster.members), action.msg.last_idx)
                 self.to_peers(action.msg)
             elif isinstance(action, BecomeLeader):
-                log.info("elected leader: session %s (%d member(s))", action.session, len(self.members))
+                log.info("elected leader: session %s (%d member(s))", action.session, len(self.roster.members))
                 self.state = seed(self.state, action.session, self.node_id)
                 self.log = SessionLog(action.session)
                 self.publish_head()
@@ -225,7 +221,8 @@ class Master:
 
     def on_cluster(self, sock: zmq.Socket[Any]) -> None:
         now = time.monotonic()
-        for envelope, msg in drain(sock, recv_routed, limit=200, on_error=_rejected):
+        bad = lambda exc: log.warning("master: rejected a bad frame on the cluster port: %s", exc)  # noqa: E731
+        for envelope, msg in drain(sock, recv_routed, limit=200, on_error=bad):
             if isinstance(msg, Campaign):
                 self.act(self.election.on_campaign(msg, now, self.state.last_event_applied_idx))
             elif isinstance(msg, LeaderAnnounce):
@@ -245,6 +242,8 @@ class Master:
             elif isinstance(msg, LocalEvent) and self.election.is_leader:
                 if isinstance(msg.event, RunnerStatusUpdated):
                     self.runner_fact(msg.event.runner_id, msg.event.status)
+                elif isinstance(msg.event, NodeRestarting) and msg.event.node_id == msg.node_id:
+                    self.local_fact(msg.event)
             elif isinstance(msg, RestartNode) and msg.node_id == self.node_id:
                 self.restart_node(None, msg)
             elif isinstance(msg, ForwardCommand):  # a follower's API command, for us as leader
@@ -277,26 +276,29 @@ class Master:
             elif isinstance(msg, ChildLifecycle) and (status := process_ended(msg, self.node_id)):
                 self.local_runners[msg.child_id] = status
                 self.runner_fact(msg.child_id, status)
+            elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == "restarting":
+                self.leaving = True  # kept by the leader, with its instances, while gossip does not hear it
+                self.local_fact(NodeRestarting(node_id=self.node_id, until=time.time() + RESTART_GRACE_S))
             elif isinstance(msg, Membership) and msg.node_id == self.node_id:
                 self.membership(msg)
 
     def runner_fact(self, runner_id: str, status: RunnerStatus) -> None:
-        previous = self.state.runners.get(runner_id)
-        if previous == status:
-            return
-        if self.election.is_leader:
-            self.emit([RunnerStatusUpdated(runner_id=runner_id, status=status)])
-            if status.kind == "RunnerFailed" and (previous is None or previous.kind != "RunnerFailed"):
-                self.runner_failed(runner_id, status.error_message)
-        elif (sock := self.leader_sock()) is not None:
-            send(sock, LocalEvent(node_id=self.node_id, event=RunnerStatusUpdated(
-                runner_id=runner_id, status=status)), flags=zmq.NOBLOCK)
+        if self.state.runners.get(runner_id) != status:
+            self.local_fact(RunnerStatusUpdated(runner_id=runner_id, status=status))
 
-    def runner_failed(self, runner_id: str, error: str) -> None:
-        """Leader: delete the instance now; re-create it after a back-off or give it up."""
-        if error.startswith(ORDERLY_STOP):
-            return  # its own node stopped it (the plan, a shutdown or a restart): not a failure
-        self.emit(runner_failed(self.state, runner_id, error, time.time(), self.policy))
+    def local_fact(self, event: RunnerStatusUpdated | NodeRestarting) -> None:
+        """A node's own fact (a runner's status, an in-place restart): indexed if we lead, else
+        sent to the leader as a `LocalEvent`."""
+        if not self.election.is_leader:
+            if (sock := self.leader_sock()) is not None:
+                send(sock, LocalEvent(node_id=self.node_id, event=event), flags=zmq.NOBLOCK)
+            return
+        previous = self.state.runners.get(event.runner_id) if isinstance(event, RunnerStatusUpdated) else None
+        self.emit([event])
+        if isinstance(event, RunnerStatusUpdated) and event.status.kind == "RunnerFailed" \
+                and (previous is None or previous.kind != "RunnerFailed"):  # delete, re-create later
+            self.emit(runner_failed(self.state, event.runner_id, event.status.error_message, time.time(),
+                                    self.policy))
 
     def recreate_due(self) -> None:
         """Leader: make the re-creations that are due (whoever led when their runner failed)."""
@@ -317,29 +319,18 @@ class Master:
             sock = self.peers.pop(node_id)
             self.loop.remove_reader(sock)
             sock.close(0)
-        self.members = members
+        self.roster.members = members
         self.act(self.election.on_membership(frozenset(members), time.monotonic(),
                                              self.state.last_event_applied_idx))
         self.refresh_nodes()
         if self.boot_places and self.node_id in members:
-            for model_id in self.boot_places:
-                if (cmd := saved_state.boot_placement(self.state, self.loop.rt.args.home / "models", model_id)):
-                    self.command(None, cmd)
+            for cmd in saved_state.boot_placements(self.state, self.loop.rt.args.home / "models", self.boot_places):
+                self.command(None, cmd)
             self.boot_places = []
 
     def refresh_nodes(self, force: bool = False) -> None:
-        if not self.election.is_leader or self.node_id not in self.members:
-            return  # no membership heard yet: nobody can be judged gone
-        now = time.monotonic()
-        gone = [n for n in self.state.nodes if n not in self.members]
-        for node_id in gone:
-            log.warning("node %s timed out; removing it and its instances", node_id)
-        events: list[Message] = [e for n in gone for e in node_lost_events(self.state, n, time.time())]
-        for node_id, member in self.members.items():
-            if force or node_id not in self.state.nodes or now - self.info_sent.get(node_id, 0) > NODE_INFO_REFRESH_S:
-                self.info_sent[node_id] = now
-                events.append(NodeGatheredInfo(info=member.info))
-        self.emit(events)
+        if self.election.is_leader and self.node_id in self.roster.members:  # else: nobody judged yet
+            self.emit(self.roster.events(self.state, time.monotonic(), time.time(), force))
 
     def restart_node(self, envelope: list[bytes] | None, cmd: RestartNode) -> None:
         """Restart this node (its own supervisor), or pass the request to the target's master."""
@@ -372,6 +363,8 @@ class Master:
     def every_second(self) -> None:
         self.publish_head()
         self.refresh_nodes()
+        if self.node_id in self.state.restarting and not self.leaving:  # we are the new image: back
+            self.local_fact(NodeRestarting(node_id=self.node_id, until=0.0))
         if not self.election.is_leader:  # re-send local facts the leader has not indexed yet
             for rid, status in self.local_runners.items():
                 self.runner_fact(rid, status)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from skulk.services.master.commands import node_lost_events
+from skulk.services.master.roster import Roster, lost_nodes
 from skulk.services.master.failures import GiveUp, Recreate, RecoveryPolicy, lineage_failures, verdict
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.supervisor import exitcodes
@@ -13,11 +14,13 @@ from skulk.supervisor.strategy import should_restart
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import INSTANCE_LOST
 from skulk.wire.reducer import DELETIONS_KEPT
-from skulk.wire.state import (InstanceCreated, InstanceDeleted, NodeTimedOut, RecreationAbandoned, Task,
+from skulk.wire.state import (InstanceCreated, InstanceDeleted, NodeRestarting, NodeTimedOut, RecreationAbandoned, Task,
                               TaskCreated)
-from tests.unit.test_state_and_routing import PARAMS, ids, placed, run
+from skulk.wire.cluster import Member
+from tests.unit.test_state_and_routing import PARAMS, ids, node, placed, run
 
 POLICY = RecoveryPolicy()
+MEMBER = Member(info=node(), master_endpoint="tcp://127.0.0.1:1")
 ABORT = "Terminated (signal 6 (SIGABRT))"
 
 
@@ -123,6 +126,34 @@ def test_a_lost_node_fails_its_tasks_as_instance_lost_before_it_is_removed():
     assert node_lost_events(state, "elsewhere", 7.0) == [NodeTimedOut(node_id="elsewhere", when=7.0)]
     gone = run(state, events)
     assert gone.instances == {} and gone.tasks == {} and gone.deleted[iid].cause == "node_lost"
+
+
+def test_a_node_restarting_in_place_is_kept_with_its_instances_until_its_grace_ends():
+    state, iid, _ = placed()
+    here = {"n1": MEMBER}
+    assert lost_nodes(state, here, 100.0) == [] and lost_nodes(state, {}, 100.0) == ["n1"]
+    restarting = run(state, [NodeRestarting(node_id="n1", until=130.0)])
+    assert lost_nodes(restarting, {}, 129.9) == []  # gossip lost it: it is restarting
+    assert lost_nodes(restarting, {}, 130.1) == ["n1"]  # it did not come back in time
+    gone = run(restarting, node_lost_events(restarting, "n1", 130.1))
+    assert gone.restarting == {} and gone.instances == {} and iid in gone.deleted
+
+
+def test_the_roster_keeps_a_restarting_node_then_its_mark_is_cleared_when_it_is_back():
+    state, _, _ = placed()
+    state = run(state, [NodeRestarting(node_id="n1", until=130.0)])
+    roster = Roster(members={}, info_sent={"n1": 0.0})
+    assert roster.events(state, 2.0, 101.0) == []  # away, within its grace: kept
+    assert [type(e).__name__ for e in roster.events(state, 3.0, 131.0)] == ["NodeTimedOut"]
+    back = run(state, [NodeRestarting(node_id="n1", until=0.0)])  # its new image says so
+    assert back.restarting == {} and [type(e).__name__ for e in roster.events(back, 4.0, 102.0)] == ["NodeTimedOut"]
+    roster.members = {"n1": MEMBER}
+    assert [type(e).__name__ for e in roster.events(back, 20.0, 120.0)] == ["NodeGatheredInfo"]  # refresh
+
+
+def test_a_runner_its_own_node_stopped_is_not_a_failure():
+    state, iid, rid = placed()
+    assert runner_failed(state, rid, "Terminated (stopped by its supervisor, admin restart)", 1.0, POLICY) == []
 
 
 def test_wedged_and_group_connect_exits_are_never_restarted():
