@@ -101,10 +101,11 @@ class Election:
         return [Broadcast(me)]
 
     def on_membership(self, members: frozenset[str], now: float, last_idx: int) -> list[Action]:
+        thawed = self._thawed(now, last_idx)
         joined = members - self.members
         self.members = members
-        if self.is_leader:
-            return []
+        if thawed or self.is_leader:
+            return thawed
         if self.leader is not None and self.leader not in members:
             return self.start(now, last_idx)
         if self.campaign_until is not None and joined:
@@ -132,7 +133,11 @@ class Election:
             self.candidates[msg.node_id] = msg
         return []
 
-    def on_announce(self, msg: LeaderAnnounce, now: float) -> list[Action]:
+    def on_announce(self, msg: LeaderAnnounce, now: float, last_idx: int = -1) -> list[Action]:
+        thawed = self._thawed(now, last_idx)
+        return thawed + self._announced(msg, now)
+
+    def _announced(self, msg: LeaderAnnounce, now: float) -> list[Action]:
         theirs = (msg.seniority, msg.clock, msg.commands, msg.node_id)
         if msg.node_id == self.node_id:
             return []
@@ -149,11 +154,19 @@ class Election:
         self.campaign_until, self.candidates = None, {}
         return [Follow(msg.node_id, msg.session)]
 
-    def tick(self, now: float, last_idx: int) -> list[Action]:
+    def _thawed(self, now: float, last_idx: int) -> list[Action]:
+        """Checked first by every entry point: a leader that was frozen longer than the announce
+        liveness (its followers gave up on it) campaigns instead of imposing its old session, even
+        if gossip, frozen too, briefly shows it alone (`followers` remembers who followed)."""
         frozen = self.last_tick is not None and now - self.last_tick > ANNOUNCE_LIVENESS_S
         self.last_tick = now
-        if frozen and self.is_leader and len(self.members) > 1:
-            return self.start(now, last_idx)  # our followers gave up on us: rejoin, do not impose
+        if frozen and self.is_leader and (len(self.members) > 1 or self.followers):
+            return self.start(now, last_idx)
+        return []
+
+    def tick(self, now: float, last_idx: int) -> list[Action]:
+        if thawed := self._thawed(now, last_idx):
+            return thawed
         if self.campaign_until is not None and now >= self.campaign_until:
             self.campaign_until = None
             live = [c for n, c in self.candidates.items() if n == self.node_id or n in self.members]

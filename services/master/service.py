@@ -226,7 +226,7 @@ class Master:
             if isinstance(msg, Campaign):
                 self.act(self.election.on_campaign(msg, now, self.state.last_event_applied_idx))
             elif isinstance(msg, LeaderAnnounce):
-                self.act(self.election.on_announce(msg, now))
+                self.act(self.election.on_announce(msg, now, self.state.last_event_applied_idx))
                 if self.election.leader == msg.node_id and msg.session == self.election.session:
                     behind = msg.session != self.state.session or msg.head > self.state.last_event_applied_idx
                     if behind:  # e.g. the first replay request went out before we could reach it

@@ -116,6 +116,34 @@ def test_a_leader_that_thaws_follows_the_one_elected_meanwhile():
     assert a.on_announce(b.announce(6), 20.2) == [Follow("b", f"{b.clock}-b")]
 
 
+def test_a_thawed_leader_steps_down_even_if_its_gossip_first_shows_it_alone():
+    a, b = Election("a"), Election("b")
+    b.boot(0.0)
+    for e in (a, b):
+        e.on_membership(frozenset({"a", "b"}), 0.0, 0)
+    a.on_announce(b.announce(0), 0.5)
+    b.follower("a")
+    b.tick(1.0, 3)
+    # b thaws 10 s later; its gossip, frozen too, first declares a gone, then hears it again
+    assert isinstance(b.on_membership(frozenset({"b"}), 11.0, 3)[0], Broadcast) and not b.is_leader
+    assert b.on_membership(frozenset({"a", "b"}), 11.01, 3) == [Broadcast(b.candidates["b"])]  # a hears it too
+    a.tick(1.0, 3)
+    a.on_membership(frozenset({"a"}), 2.5, 3)
+    assert a.tick(5.6, 3) == [BecomeLeader(f"{a.clock}-a")]
+    assert b.on_announce(a.announce(5), 11.2, 3) == [Follow("a", f"{a.clock}-a")]
+
+
+def test_a_thawed_leader_that_first_hears_the_new_leader_follows_it():
+    b = Election("b")
+    b.boot(0.0)
+    b.on_membership(frozenset({"a", "b"}), 0.0, 0)
+    b.follower("a")
+    b.tick(1.0, 3)
+    new = LeaderAnnounce(node_id="a", session="2-a", clock=2, seniority=1, head=5)  # lower key
+    actions = b.on_announce(new, 11.0, 3)
+    assert isinstance(actions[0], Broadcast) and actions[-1] == Follow("a", "2-a")
+
+
 def test_a_lone_leader_that_was_frozen_keeps_leading():
     a = Election("a")
     a.boot(0.0)
