@@ -44,6 +44,10 @@ MAX_PEER_FRAME = 64 * 1024 * 1024
 ANNOUNCE_INTERVAL_S = 0.5
 
 
+def _rejected(exc: WireError) -> None:
+    log.warning("master: rejected a bad frame on the cluster port: %s", exc)
+
+
 class Master:
     def __init__(self, loop: ServiceLoop, ns: argparse.Namespace) -> None:
         self.loop, self.ns, self.node_id = loop, ns, ns.node_id
@@ -221,8 +225,7 @@ class Master:
 
     def on_cluster(self, sock: zmq.Socket[Any]) -> None:
         now = time.monotonic()
-        bad = lambda exc: log.warning("master: rejected a bad frame on the cluster port: %s", exc)  # noqa: E731
-        for envelope, msg in drain(sock, recv_routed, limit=200, on_error=bad):
+        for envelope, msg in drain(sock, recv_routed, limit=200, on_error=_rejected):
             if isinstance(msg, Campaign):
                 self.act(self.election.on_campaign(msg, now, self.state.last_event_applied_idx))
             elif isinstance(msg, LeaderAnnounce):
