@@ -20,8 +20,10 @@ SESSION_CHANGED = ("The cluster session changed (master failover) while this req
 INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
 INSTANCE_LOST = "The instance executing this request was lost (node disconnected or instance deleted)"
 RUNNER_LOST = "Runner shutdown before completing command ({detail})"
+STREAM_STALLED = "Stream stalled: no output for {seconds:g}s; the response may be incomplete."
 """Upstream's words for a request whose instance an operator deleted, whose instance was lost
-with its node, or whose runner died (the master's `TaskFailed` and the API's error say the same)."""
+with its node, whose runner died, or whose stream stalled (the master's `TaskFailed` and the
+API's error say the same)."""
 
 
 def error_type(message: str) -> str:
@@ -33,7 +35,7 @@ def error_type(message: str) -> str:
         return "runner_failed"
     if message == SESSION_CHANGED:
         return "session_changed"
-    if message.startswith("Stream stalled"):
+    if message.startswith(STREAM_STALLED.split("{", 1)[0]):
         return "stalled"
     return "runner_error"
 

@@ -21,7 +21,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.api.replica import StateReplica
 from skulk.wire import endpoints
-from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, Reply
+from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, STREAM_STALLED, Reply
 from skulk.wire.errors import WireError
 from skulk.wire.inference import Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
 from skulk.wire.message import Message
@@ -182,8 +182,7 @@ class Gateway:
                 return
             if got_token and now - last_msg > self.timing.stall_s:
                 self.cancel(endpoint, request_id)  # nobody will read the rest
-                yield Failed(request_id=request_id, error=f"Stream stalled: no output for {self.timing.stall_s:g}s; "
-                                                          "the response may be incomplete.")
+                yield Failed(request_id=request_id, error=STREAM_STALLED.format(seconds=self.timing.stall_s))
                 return
             if not got_token and now > first_by:
                 self.cancel(endpoint, request_id)
