@@ -30,11 +30,11 @@ def load(node, streams: int, plain: int = 0, max_tokens: int = 400) -> StreamLoa
     return StreamLoad("127.0.0.1", node.api_port, bodies, read_timeout=60).start()
 
 
-def producing(clients: StreamLoad, node, count: int = 1) -> None:
-    """Wait (on the clients' own signal) until `count` clients are mid-stream: a first token
-    and not yet done. A non-streaming client only counts its tokens when it is done, so it
-    must not count here (the fault would land on a runner that just finished)."""
-    assert clients.wait_for(lambda outs: sum(o.tokens > 0 and not o.done for o in outs) >= count, 60), \
+def producing(clients: StreamLoad, node) -> None:
+    """Wait (on the clients' own signal) until a client is mid-stream: a first token and not
+    yet done. A non-streaming client only counts its tokens when it is done, so it must not
+    count here (the fault would land on a runner that just finished)."""
+    assert clients.wait_for(lambda outs: any(o.tokens > 0 and not o.done for o in outs), 60), \
         f"no tokens flowing\n{summary(clients.outcomes)}\n{node.log_tail()}"
 
 
@@ -85,7 +85,7 @@ def test_upstream_bug_report_sigabrt_of_one_runner_under_many_long_requests(node
         "RunnerReady" in s for s in http_json(f"{node.url}/state")[1]["runners"].values()) == 2,
         60, "two ready instances")
     clients = load(node, streams=6, plain=2, max_tokens=300)
-    producing(clients, node, count=2)
+    producing(clients, node)  # (under CPU contention the two instances' streams need not overlap)
     victim, victim_instance = next(iter(running_runners(node).items()))
     pid = node.status()[victim].pid
     fault_at = time.monotonic()
