@@ -4,12 +4,13 @@
   campaign), so a lone node serves immediately.
 - Meeting: leaders announce `(seniority, clock, commands, node id)` every 0.5 s; a leader that
   hears a higher key steps down and follows (commands: state-changing commands it executed, so
-  a lone node that was placed on is not deposed by a fresh one, whose state would win). A leader's seniority is the largest cluster it has led,
-  counted by nodes that actually follow it (they ask it for the state), never by the gossip
-  member count, so a late joiner or a healed lone node never deposes an established leader.
-- Freeze: a leader whose own ticks stopped for longer than the announce liveness (the process
-  was stopped, the machine slept) knows its followers have given up on it: it campaigns, and
-  follows whoever they elected meanwhile (a leader ignores campaigns; it answers by announcing).
+  a lone node that was placed on is not deposed by a fresh one, whose state would win). A
+  leader's seniority is the largest cluster it has led, counted by nodes that actually follow
+  it (they ask it for the state), never by the gossip member count, so a late joiner or a
+  healed lone node never deposes an established leader.
+- Freeze: a leader that was not called for longer than the announce liveness (the process was
+  stopped, the machine slept) knows its followers have given up on it: it campaigns, and
+  follows whoever they elected meanwhile.
 - Loss: when the leader leaves the gossip membership (or stops announcing), every node
   campaigns: raises its clock above any seen, tells every member, and after `timeout_s`
   (DEFAULT_ELECTION_TIMEOUT, 3 s) picks the max candidate by (clock, last applied index,
@@ -66,7 +67,7 @@ class Election:
     candidates: dict[str, Campaign] = field(default_factory=dict)
     members: frozenset[str] = frozenset()
     followers: set[str] = field(default_factory=set)
-    last_tick: float | None = None
+    last_call: float | None = None  # `now` of the last tick, membership or announce: a gap is a freeze
 
     @property
     def is_leader(self) -> bool:
@@ -155,11 +156,12 @@ class Election:
         return [Follow(msg.node_id, msg.session)]
 
     def _thawed(self, now: float, last_idx: int) -> list[Action]:
-        """Checked first by every entry point: a leader that was frozen longer than the announce
-        liveness (its followers gave up on it) campaigns instead of imposing its old session, even
-        if gossip, frozen too, briefly shows it alone (`followers` remembers who followed)."""
-        frozen = self.last_tick is not None and now - self.last_tick > ANNOUNCE_LIVENESS_S
-        self.last_tick = now
+        """Checked first by tick, membership and announce: a leader that was frozen longer than
+        the announce liveness (its followers gave up on it) campaigns instead of imposing its old
+        session, even if gossip, frozen too, briefly shows it alone (`followers` remembers who
+        followed). Campaigns need no check: a leader ignores them either way."""
+        frozen = self.last_call is not None and now - self.last_call > ANNOUNCE_LIVENESS_S
+        self.last_call = now
         if frozen and self.is_leader and (len(self.members) > 1 or self.followers):
             return self.start(now, last_idx)
         return []
