@@ -19,13 +19,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from skulk.scripts.ports import free_port
 
 PROMPT = "Explain why simple is better than complex."
 
@@ -69,12 +70,6 @@ class Baseline:
         self.proc.wait()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def api_rate(port: int, model: str, n: int) -> tuple[float, int, float]:
     """Client-side decode rate of one streamed completion, and the runner's own figure."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -114,7 +109,7 @@ def main() -> int:
         model = f"{org}/{name}"
         port = free_port()
         node = subprocess.Popen([sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(home),
-                                 "--api-port", str(port), "--cluster-port", str(free_port()),
+                                 "--api-port", str(port), "--cluster-port", str(free_port(pair=True)),
                                  "--listen", "127.0.0.1", "--place", model],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "admin", "wait", "--home", str(home),

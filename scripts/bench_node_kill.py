@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from skulk.scripts.bench_decode import free_port
+from skulk.scripts.ports import free_port
 from skulk.scripts.http_client import instance_ready, request, wait_for_state
 from skulk.scripts.stream_load import StreamLoad, chat_body, summary
 
@@ -36,7 +36,7 @@ class BenchNode:
         self.home = root / name
         (self.home / "models").mkdir(parents=True)
         (self.home / "models" / model_dir.name).symlink_to(model_dir)
-        self.api, self.cluster = free_port(), free_port()
+        self.api, self.cluster = free_port(), free_port(pair=True)
         self.url = f"http://127.0.0.1:{self.api}"
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -21,8 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from skulk.scripts.bench_decode import api_rate, free_port
+from skulk.scripts.bench_decode import api_rate
 from skulk.scripts.http_client import instance_ready, request, wait_for_state
+from skulk.scripts.ports import free_port
 
 MODEL = "skulk/demo-tiny"
 
@@ -43,7 +44,7 @@ def main() -> int:
             home = root / f"n{i}"
             (home / "models").mkdir(parents=True)
             (home / "models" / model_dir.name).symlink_to(model_dir)
-            api, cluster = free_port(), free_port()
+            api, cluster = free_port(), free_port(pair=True)
             args = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(home), "--api-port",
                     str(api), "--cluster-port", str(cluster), "--listen", "127.0.0.1", "--namespace", "bench"]
             if nodes:

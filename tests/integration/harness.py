@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,26 +22,11 @@ import yaml
 import zmq
 
 from skulk.scripts.admin_client import request
+from skulk.scripts.ports import free_port
 from skulk.wire import codec, endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildStatus
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket
-
-
-def free_port(pair: bool = False) -> int:
-    """A free loopback TCP port (and port + 1 too when `pair`)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair or port >= 65534:
-            return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
 
 
 @dataclass
