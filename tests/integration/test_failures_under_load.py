@@ -1,6 +1,7 @@
 """Each failure reproduced under load (several concurrent clients, streaming and not): every
-client gets its answer or its error, none hangs, the errors arrive within 2 s of the fault,
-and the cluster serves the model again afterwards. Every measured time is printed."""
+client gets its answer or its error (the fast path's error, not a stall timeout's), none hangs
+(every wait has a deadline), and the cluster serves the model again afterwards. Every measured
+time is printed; the 2 s target is checked by `skulk.scripts.bench_node_kill`, not here."""
 
 from __future__ import annotations
 
@@ -14,14 +15,18 @@ import pytest
 
 from skulk.scripts.stream_load import StreamLoad, chat_body, summary
 from skulk.supervisor.tree import RUNNER_SHUTDOWN_S
-from skulk.wire.commands import SESSION_CHANGED
+from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED, STREAM_STALLED
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
 
 PROMPT = "Explain, step by step and at length, why errors should never pass silently."
-LOST_WITHIN_S = 2.0
+
+
+def lost_error(message: str) -> bool:
+    """One of the errors the fault's detection sends (runner lost, instance lost or deleted)."""
+    return message.startswith((RUNNER_LOST.split("(")[0], INSTANCE_LOST, INSTANCE_DELETED))
 
 
 def load(node, streams: int, plain: int = 0, max_tokens: int = 400) -> StreamLoad:
@@ -71,7 +76,9 @@ def check_outcomes(outcomes, fault_at: float, what: str, may_finish: bool = Fals
     assert not any(o.hung for o in outcomes), "a client was left hanging"
     times = [o.error_at - fault_at for o in outcomes if o.error is not None]
     assert all(o.error is not None or (o.done and (may_finish or o.ended_at < fault_at)) for o in outcomes)
-    assert times and max(times) <= LOST_WITHIN_S, times
+    assert times, "no client got an error"
+    assert not any(o.error.startswith(STREAM_STALLED.split(":")[0]) for o in outcomes if o.error), \
+        "an error came from the stall timeout, not from the fault's detection"
     return times
 
 
@@ -96,7 +103,7 @@ def test_upstream_bug_report_sigabrt_of_one_runner_under_many_long_requests(node
     status, body = http_json(f"{node.url}/v1/chat/completions", chat_body(MODEL, "again?", 4, False))
     print(f"a new request sent {sent - fault_at:.3f}s after the SIGABRT: HTTP {status} after "
           f"{time.monotonic() - sent:.2f}s")
-    assert status == 200 or (status == 500 and time.monotonic() - sent < LOST_WITHIN_S), body
+    assert status == 200 or (status == 500 and lost_error(body["error"]["message"])), body
     outcomes = clients.join(90)
     times = check_outcomes(outcomes, fault_at, "SIGABRT of one runner, 8 clients", may_finish=True)
     assert sum(o.done and o.error is None for o in outcomes) >= 1  # the healthy instance's share

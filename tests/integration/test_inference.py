@@ -151,7 +151,6 @@ def test_kill9_of_the_runner_mid_stream_ends_the_stream_with_an_error(serving):
     else:
         pytest.fail(f"stream ended without an error event: {frames[-3:]}")
     print(f"runner SIGKILLed mid-stream: client got the error event {took:.3f}s later")
-    assert took < 2.0
     assert "Runner shutdown before completing command" in payload["error"]["message"]
     assert payload["error"]["code"] == 500
     # The runner is restarted under its supervisor and the model is served again.

@@ -70,7 +70,8 @@ def test_child_that_never_reports_ready_is_killed_at_its_deadline(nodes):
         watcher.close()
     print(f"never-ready janitor killed {took:.3f}s after start (deadline 3.0s); exit: {exited.detail}")
     assert killed.pid == started.pid
-    assert 2.5 <= took <= 6.0
+    assert killed.detail == "watchdog kill"  # the deadline itself is unit-tested (watchdog.verdict)
+    assert "did not report ready within 3.0s" in (node.home / "logs" / "supervisor.log").read_text()
     assert restarted.pid != started.pid and restarted.restarts == started.restarts + 1
     assert node.status()["bus"].restarts == 0
 
