@@ -65,15 +65,20 @@ def place_again(inst: Instance, command_id: str) -> PlaceInstance:
                          instance_meta=inst.instance_meta, min_nodes=shard.world_size)
 
 
-def lost_placements(mine: State, winner: State, new_id: Callable[[], str]) -> list[PlaceInstance]:
-    """A deposed leader's instances of models the winner has no instance of: placements to ask
-    the winner for, so what this node accepted just before two lone leaders met is not lost."""
+def lost_changes(mine: State, winner: State, new_id: Callable[[], str]) -> list[PlaceInstance | DeleteInstance]:
+    """What a deposed leader accepted that the winner's state lacks, as commands to ask the winner
+    for, so an operator's change accepted just before two lone leaders met is not lost: a
+    placement for each model it served and the winner does not, and the operator's deletion of
+    each instance the winner still has (deletions for other causes were judgements of the
+    deposed side, not the operator's intent)."""
     have = {i.model_id for i in winner.instances.values()}
-    out = []
+    out: list[PlaceInstance | DeleteInstance] = []
     for inst in mine.instances.values():
         if inst.model_id not in have:
             have.add(inst.model_id)
             out.append(place_again(inst, new_id()))
+    out += [DeleteInstance(command_id=new_id(), instance_id=iid) for iid, note in mine.deleted.items()
+            if note.cause == "operator" and iid in winner.instances]
     return out
 
 

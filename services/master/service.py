@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import handle, lost_placements
+from skulk.services.master.commands import handle, lost_changes
 from skulk.services.master.desk import CommandDesk
 from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
@@ -26,7 +26,7 @@ from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
                                 LocalEvent, Membership, ReplayRequest, SnapshotPush)
-from skulk.wire.commands import (CommandAccepted, CommandRejected, RestartNode,
+from skulk.wire.commands import (CommandAccepted, CommandRejected, PlaceInstance, RestartNode,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, RunnerReport
@@ -158,9 +158,11 @@ class Master:
         for rid, status in self.local_runners.items():
             self.runner_fact(rid, status)
         if self.deposed is not None:
-            for cmd in lost_placements(self.deposed, snapshot, lambda: uuid.uuid4().hex):
-                log.warning("re-submitting the placement of %s to leader %s (it was ours before "
-                            "the sessions merged)", cmd.card.model_id, self.election.leader)
+            for cmd in lost_changes(self.deposed, snapshot, lambda: uuid.uuid4().hex):
+                what = (f"the placement of {cmd.card.model_id}" if isinstance(cmd, PlaceInstance)
+                        else f"the deletion of {cmd.instance_id}")
+                log.warning("re-submitting %s to leader %s (it was ours before the sessions "
+                            "merged)", what, self.election.leader)
                 self.command(None, cmd)
             self.deposed = None
 

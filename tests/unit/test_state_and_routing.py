@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skulk.services.master.commands import handle, lost_placements
+from skulk.services.master.commands import handle, lost_changes
 from skulk.services.master.routing import Route, RouteError, route
 from skulk.services.master.runner_plan import plan
 from skulk.wire.commands import (INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED, CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
@@ -147,10 +147,21 @@ def test_deletions_say_why_for_people_and_for_machines():
 def test_a_deposed_leader_resubmits_only_models_the_winner_lacks():
     mine, iid, _ = placed()
     winner = base()
-    (again,) = lost_placements(mine, winner, lambda: "c9")
+    (again,) = lost_changes(mine, winner, lambda: "c9")
     assert again == PlaceInstance(command_id="c9", card=CARD, sharding="Pipeline", min_nodes=1)
     theirs, _, _ = placed(base())
-    assert lost_placements(mine, theirs, lambda: "c9") == []  # the winner serves that model
+    assert lost_changes(mine, theirs, lambda: "c9") == []  # the winner serves that model
+
+
+def test_a_deposed_leader_resubmits_its_operator_deletions_of_instances_the_winner_still_has():
+    shared, iid, _ = placed()  # placed before the two sides split
+    mine = run(shared, handle(shared, DeleteInstance(command_id="d", instance_id=iid), ids()).events)
+    assert mine.deleted[iid].cause == "operator"
+    assert lost_changes(mine, shared, lambda: "c9") == [DeleteInstance(command_id="c9", instance_id=iid)]
+    assert lost_changes(mine, base(), lambda: "c9") == []  # the winner has no such instance
+    failed = run(shared, [InstanceDeleted(instance_id=iid, reason="runner failed", when=1.0,
+                                          cause="runner_failed")])
+    assert lost_changes(failed, shared, lambda: "c9") == []  # not the operator's intent
 
 
 def test_delete_cancels_running_tasks_then_deletes():
