@@ -1,4 +1,5 @@
-"""Which instance serves a request (pure). Never an instance with a failed or missing runner."""
+"""Which instance serves a request (pure). Never an instance with a failed or missing runner,
+nor one on a node restarting in place (its runners are about to stop)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ class Route:
 
 
 def serving(state: State, inst: Instance) -> bool:
-    """Every runner of the instance reports Ready or Running (and has an endpoint)."""
+    """Every runner of the instance reports Ready or Running (and has an endpoint), and none of
+    its nodes is restarting in place (marked before its runners stop, cleared by its new image)."""
     return all(rid in state.runners and state.runners[rid].kind in SERVING_KINDS
-               for rid in inst.runner_to_shard)
+               for rid in inst.runner_to_shard) and not any(n in state.restarting for n in inst.node_to_runner)
 
 
 def rank0(inst: Instance) -> str:
@@ -43,7 +45,8 @@ def route(state: State, model_id: str) -> Route | RouteError:
     ready = [i for i in candidates if serving(state, i)]
     if not ready:
         kinds = sorted({state.runners[r].kind if r in state.runners else "no runner status yet"
-                        for i in candidates for r in i.runner_to_shard})
+                        for i in candidates for r in i.runner_to_shard} |
+                       {"node restarting" for i in candidates for n in i.node_to_runner if n in state.restarting})
         return RouteError(503, f"No ready instance for model {model_id} yet ({', '.join(kinds)}); "
                                "retry shortly")
     best = min(ready, key=lambda i: (load(state, i.instance_id), i.instance_id))

@@ -18,7 +18,7 @@ from skulk.wire.models import ModelCard
 from skulk.wire.placement import GIB, PlacementError, place
 from skulk.wire.reducer import OutOfOrder, apply
 from skulk.wire.state import (ChatMessage, IndexedEvent, InstanceDeleted,
-                              NodeGatheredInfo, NodeInfo, NodeTimedOut, RunnerStatus, RunnerStatusUpdated,
+                              NodeGatheredInfo, NodeInfo, NodeRestarting, NodeTimedOut, RunnerStatus, RunnerStatusUpdated,
                               State, TaskParams)
 
 CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4,
@@ -87,6 +87,15 @@ def test_route_picks_only_serving_instances_and_errors_at_once_otherwise():
     state, iid, rid = placed()
     got = route(state, "skulk/demo-tiny")
     assert isinstance(got, Route) and got.runner_id == rid and got.endpoint == "tcp://127.0.0.1:1"
+
+
+def test_route_skips_an_instance_on_a_node_restarting_in_place_until_its_new_image_clears_the_mark():
+    state, iid, rid = placed()
+    marked = run(state, [NodeRestarting(node_id="n1", until=30.0)])
+    err = route(marked, "skulk/demo-tiny")
+    assert isinstance(err, RouteError) and err.status == 503 and "node restarting" in err.message
+    cleared = run(marked, [NodeRestarting(node_id="n1", until=0.0)])
+    assert isinstance(route(cleared, "skulk/demo-tiny"), Route)
 
 
 def test_route_prefers_the_least_loaded_ready_instance():
