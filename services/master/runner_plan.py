@@ -1,5 +1,9 @@
 """Which runner processes this node should have (pure): start what the state assigns here,
-stop what it no longer does. The service sends the result to the runners sub-supervisor."""
+stop what it no longer does. The service sends the result to the runners sub-supervisor.
+
+Nothing starts while the node is marked restarting in place: the old image is stopping, and
+the new one starts its runners once it has cleared the mark, so a runner never reports ready
+while routing still skips its node."""
 
 from __future__ import annotations
 
@@ -37,6 +41,6 @@ def plan(state: State, node_id: str, running: set[str], models_dir: Path, listen
             "--listen", listen, "--advertise", advertise,
             "--rank", str(shard.device_rank), "--world-size", str(shard.world_size),
             "--start-layer", str(shard.start_layer), "--end-layer", str(shard.end_layer)))
-    start = [s for rid, s in sorted(wanted.items()) if rid not in running]
+    start = [] if node_id in state.restarting else [s for rid, s in sorted(wanted.items()) if rid not in running]
     stop = sorted(rid for rid in running if rid not in wanted)
     return start, stop

@@ -155,6 +155,7 @@ class Master:
             return
         self.state = snapshot
         self.publish_head()
+        self.back_from_restart()
         for rid, status in self.local_runners.items():
             self.runner_fact(rid, status)
         if self.deposed is not None:
@@ -365,11 +366,15 @@ class Master:
             self.answer(envelope, rejected)
         self.recreate_due()
 
+    def back_from_restart(self) -> None:
+        """The new image clears its node's restart mark (routing and the runner plan wait for it)."""
+        if self.node_id in self.state.restarting and not self.leaving:
+            self.local_fact(NodeRestarting(node_id=self.node_id, until=0.0))
+
     def every_second(self) -> None:
         self.publish_head()
         self.refresh_nodes()
-        if self.node_id in self.state.restarting and not self.leaving:  # we are the new image: back
-            self.local_fact(NodeRestarting(node_id=self.node_id, until=0.0))
+        self.back_from_restart()
         if not self.election.is_leader:  # re-send local facts the leader has not indexed yet
             for rid, status in self.local_runners.items():
                 self.runner_fact(rid, status)
@@ -393,6 +398,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     loop.add_reader(master.sub, master.on_bus)
     loop.add_reader(master.keeper.sup, master.keeper.on_reply)
     master.act(master.election.boot(time.monotonic()))
+    master.back_from_restart()  # a lone node's saved state carries the mark of its restart
     loop.every(0.1, master.tick)
     loop.every(1.0, master.every_second)
     loop.every(1.0, master.keeper.ask, first_in=0.1)

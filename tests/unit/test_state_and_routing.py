@@ -227,3 +227,11 @@ def test_runner_plan_starts_assigned_and_stops_orphans():
     assert args["--model-dir"] == "/m/skulk--demo-tiny" and args["--end-layer"] == "4"
     assert plan(state, "n1", {rid}, Path("/m"), "h", "h") == ([], [])
     assert plan(state, "other-node", set(), Path("/m"), "h", "h") == ([], [])
+
+
+def test_runner_plan_starts_nothing_while_the_node_is_marked_restarting():
+    state, iid, rid = placed()
+    marked = run(state, [NodeRestarting(node_id="n1", until=30.0)])
+    assert plan(marked, "n1", {"runner-orphan"}, Path("/m"), "h", "h") == ([], ["runner-orphan"])
+    cleared = run(marked, [NodeRestarting(node_id="n1", until=0.0)])
+    assert [s.runner_id for s in plan(cleared, "n1", set(), Path("/m"), "h", "h")[0]] == [rid]
