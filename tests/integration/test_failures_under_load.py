@@ -26,10 +26,12 @@ PROMPT = "Explain, step by step and at length, why errors should never pass sile
 
 def lost_error(message: str) -> bool:
     """One of the retryable errors the fault's detection sends (runner lost, instance lost or
-    deleted, or, for a request a lost leader was routing, session changed): never the stall
-    timeout's."""
+    deleted, or, for a request a lost leader was routing, session changed), or routing's
+    immediate answer to a request routed after the instance went (404 none, 503 not ready yet):
+    never the stall timeout's."""
     return message == SESSION_CHANGED or message.startswith(
-        (RUNNER_LOST.split("(")[0], INSTANCE_LOST, INSTANCE_DELETED))
+        (RUNNER_LOST.split("(")[0], INSTANCE_LOST, INSTANCE_DELETED, "No instance found for model",
+         "No ready instance for model"))
 
 
 def load(node, streams: int, plain: int = 0, max_tokens: int = 400) -> StreamLoad:
