@@ -65,6 +65,13 @@ def place_again(inst: Instance, command_id: str) -> PlaceInstance:
                          instance_meta=inst.instance_meta, min_nodes=shard.world_size)
 
 
+def describe(cmd: PlaceInstance | DeleteInstance) -> str:
+    """A re-submitted change, for the log."""
+    if isinstance(cmd, PlaceInstance):
+        return f"the placement of {cmd.card.model_id}"
+    return f"the deletion of {cmd.instance_id}"
+
+
 def lost_changes(mine: State, winner: State, new_id: Callable[[], str]) -> list[PlaceInstance | DeleteInstance]:
     """What a deposed leader accepted that the winner's state lacks, as commands to ask the winner
     for, so an operator's change accepted just before two lone leaders met is not lost: a

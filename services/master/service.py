@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import handle, lost_changes
+from skulk.services.master.commands import describe, handle, lost_changes
 from skulk.services.master.desk import CommandDesk
 from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
@@ -26,7 +26,7 @@ from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
                                 LocalEvent, Membership, ReplayRequest, SnapshotPush)
-from skulk.wire.commands import (CommandAccepted, CommandRejected, PlaceInstance, RestartNode,
+from skulk.wire.commands import (CommandAccepted, CommandRejected, RestartNode,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, RunnerReport
@@ -39,7 +39,6 @@ from skulk.wire.state import (RESTART_GRACE_S, IndexedEvent, NodeRestarting, Run
 from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.master")
-
 MAX_PEER_FRAME = 64 * 1024 * 1024
 ANNOUNCE_INTERVAL_S = 0.5
 
@@ -160,10 +159,8 @@ class Master:
             self.runner_fact(rid, status)
         if self.deposed is not None:
             for cmd in lost_changes(self.deposed, snapshot, lambda: uuid.uuid4().hex):
-                what = (f"the placement of {cmd.card.model_id}" if isinstance(cmd, PlaceInstance)
-                        else f"the deletion of {cmd.instance_id}")
-                log.warning("re-submitting %s to leader %s (it was ours before the sessions "
-                            "merged)", what, self.election.leader)
+                log.warning("re-submitting %s to leader %s (it was ours before the sessions merged)",
+                            describe(cmd), self.election.leader)
                 self.command(None, cmd)
             self.deposed = None
 
@@ -293,8 +290,7 @@ class Master:
             self.local_fact(RunnerStatusUpdated(runner_id=runner_id, status=status))
 
     def local_fact(self, event: RunnerStatusUpdated | NodeRestarting) -> None:
-        """A node's own fact (a runner's status, an in-place restart): indexed if we lead, else
-        sent to the leader as a `LocalEvent`."""
+        """A node's own fact (runner status, in-place restart): indexed if we lead, else a `LocalEvent`."""
         if not self.election.is_leader:
             if (sock := self.leader_sock()) is not None:
                 send(sock, LocalEvent(node_id=self.node_id, event=event), flags=zmq.NOBLOCK)
