@@ -17,6 +17,9 @@ from skulk.wire.state import State, TaskParams
 SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "
                    "flight; please retry")
 """Upstream's words for a command that was in flight when its leader went away."""
+NO_INSTANCE = "No instance found for model {model}"
+NO_READY_INSTANCE = "No ready instance for model {model} yet ({kinds}); retry shortly"
+"""Routing's immediate answers (404, 503): a request never waits for an instance."""
 INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
 INSTANCE_LOST = "The instance executing this request was lost (node disconnected or instance deleted)"
 RUNNER_LOST = "Runner shutdown before completing command ({detail})"

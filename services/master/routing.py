@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE
 from skulk.wire.state import SERVING_KINDS, Instance, State
 
 
@@ -41,14 +42,13 @@ def route(state: State, model_id: str) -> Route | RouteError:
     """The least-loaded serving instance of `model_id`, or an immediate error (never a wait)."""
     candidates = [i for i in state.instances.values() if i.model_id == model_id]
     if not candidates:
-        return RouteError(404, f"No instance found for model {model_id}")
+        return RouteError(404, NO_INSTANCE.format(model=model_id))
     ready = [i for i in candidates if serving(state, i)]
     if not ready:
         kinds = sorted({state.runners[r].kind if r in state.runners else "no runner status yet"
                         for i in candidates for r in i.runner_to_shard} |
                        {"node restarting" for i in candidates for n in i.node_to_runner if n in state.restarting})
-        return RouteError(503, f"No ready instance for model {model_id} yet ({', '.join(kinds)}); "
-                               "retry shortly")
+        return RouteError(503, NO_READY_INSTANCE.format(model=model_id, kinds=", ".join(kinds)))
     best = min(ready, key=lambda i: (load(state, i.instance_id), i.instance_id))
     rid = rank0(best)
     return Route(best, rid, state.runners[rid].endpoint)

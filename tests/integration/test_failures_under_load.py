@@ -15,7 +15,8 @@ import pytest
 
 from skulk.scripts.stream_load import StreamLoad, chat_body, summary
 from skulk.supervisor.tree import RUNNER_SHUTDOWN_S
-from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED
+from skulk.wire.commands import (INSTANCE_DELETED, INSTANCE_LOST, NO_INSTANCE, NO_READY_INSTANCE, RUNNER_LOST,
+                                 SESSION_CHANGED)
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
@@ -30,8 +31,8 @@ def lost_error(message: str) -> bool:
     immediate answer to a request routed after the instance went (404 none, 503 not ready yet):
     never the stall timeout's."""
     return message == SESSION_CHANGED or message.startswith(
-        (RUNNER_LOST.split("(")[0], INSTANCE_LOST, INSTANCE_DELETED, "No instance found for model",
-         "No ready instance for model"))
+        (RUNNER_LOST.split("(")[0], INSTANCE_LOST, INSTANCE_DELETED, NO_INSTANCE.split("{")[0],
+         NO_READY_INSTANCE.split("{")[0]))
 
 
 def load(node, streams: int, plain: int = 0, max_tokens: int = 400) -> StreamLoad:

@@ -20,7 +20,7 @@ from skulk.services.api.chat_request import ApiError, check_context, parse
 from skulk.services.api.gateway import Gateway, KeepAlive
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.common import command, http_error, json_body, state_or_503
-from skulk.wire.commands import Routed, TaskCancelled, TaskFinished, TextGeneration
+from skulk.wire.commands import NO_INSTANCE, Routed, TaskCancelled, TaskFinished, TextGeneration
 from skulk.wire.inference import Done, Failed, Progress, TokenChunk
 from skulk.wire.state import TaskParams
 
@@ -39,7 +39,7 @@ class ChatResource:
         state = state_or_503(self.replica)
         limits = [i.context_token_limit for i in state.instances.values() if i.model_id == params.model]
         if not limits:
-            raise http_error(404, f"No instance found for model {params.model}")
+            raise http_error(404, NO_INSTANCE.format(model=params.model))
         try:
             params = check_context(params, max(limits))
         except ApiError as exc:
