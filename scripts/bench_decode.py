@@ -32,7 +32,7 @@ PROMPT = "Explain why simple is better than complex."
 
 BASELINE = r"""
 import json, sys, time
-from skulk.services.runner.engine import preload_blas
+from skulk.services.runner.blas import preload_blas
 preload_blas()
 import mlx.core as mx
 from mlx_lm import load, stream_generate

@@ -117,8 +117,8 @@ def cmd_model(ns: argparse.Namespace) -> int:
     from skulk.scripts import demo_model
 
     path = demo_model.build(_home(ns.home).expanduser().resolve() / "models", seed=ns.seed,
-                            force=ns.force)
-    print(f"{demo_model.MODEL_ID} at {path} (sha256 {demo_model.digest(path)[:16]})")
+                            force=ns.force, size=ns.size)
+    print(f"skulk/demo-{ns.size} at {path} (sha256 {demo_model.digest(path)[:16]})")
     return 0
 
 
@@ -162,6 +162,8 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--home")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--force", action="store_true", help="rebuild even if present")
+    demo.add_argument("--size", choices=("tiny", "100m"), default="tiny",
+                      help="tiny (plumbing, tests) or 100m (~101M parameters, benchmarks)")
     demo.set_defaults(func=cmd_model)
     wait = model_sub.add_parser("wait", help="wait until a model is served by a node")
     wait.add_argument("model")

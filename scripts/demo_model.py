@@ -27,6 +27,11 @@ CHAT_TEMPLATE = (
 ARCH = {"hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 768,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True}
+SIZES = {"tiny": ARCH,
+         # ~101M parameters (404 MB fp32): the benchmarks' "~100M model", same tokenizer.
+         "100m": {**ARCH, "hidden_size": 768, "num_hidden_layers": 16, "intermediate_size": 2048,
+                  "num_attention_heads": 12, "num_key_value_heads": 4,
+                  "max_position_embeddings": 4096}}
 VOCAB_TARGET = 1024
 
 
@@ -56,7 +61,7 @@ def corpus(seed: int, lines: int = 4000) -> list[str]:
     return out
 
 
-def build_tokenizer(out: Path, seed: int) -> int:
+def build_tokenizer(out: Path, seed: int, max_length: int = ARCH["max_position_embeddings"]) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -70,16 +75,17 @@ def build_tokenizer(out: Path, seed: int) -> int:
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
         "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-        "chat_template": CHAT_TEMPLATE, "model_max_length": ARCH["max_position_embeddings"],
+        "chat_template": CHAT_TEMPLATE, "model_max_length": max_length,
         "add_bos_token": False, "clean_up_tokenization_spaces": False}, indent=2, sort_keys=True))
     (out / "special_tokens_map.json").write_text(json.dumps(
         {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2, sort_keys=True))
     return tok.get_vocab_size()
 
 
-def build(models_dir: Path, seed: int = 0, force: bool = False) -> Path:
-    """Write the model into `<models_dir>/skulk--demo-tiny` (atomically) and return its path."""
-    target = models_dir / DIR_NAME
+def build(models_dir: Path, seed: int = 0, force: bool = False, size: str = "tiny") -> Path:
+    """Write the model into `<models_dir>/skulk--demo-<size>` (atomically) and return its path."""
+    arch = SIZES[size]
+    target = models_dir / f"skulk--demo-{size}"
     if target.is_dir() and (target / "config.json").is_file() and not force:
         return target
     import mlx.core as mx
@@ -89,11 +95,11 @@ def build(models_dir: Path, seed: int = 0, force: bool = False) -> Path:
     models_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".demo-", dir=models_dir))
     try:
-        vocab = build_tokenizer(work, seed)
+        vocab = build_tokenizer(work, seed, arch["max_position_embeddings"])
         tokenizer = json.loads((work / "tokenizer.json").read_text())["added_tokens"]
         eos = next(t["id"] for t in tokenizer if t["content"] == "<|im_end|>")
         config = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
-                  "vocab_size": vocab, "torch_dtype": "float32", "eos_token_id": eos, **ARCH}
+                  "vocab_size": vocab, "torch_dtype": "float32", "eos_token_id": eos, **arch}
         mx.random.seed(seed)
         model = qwen2.Model(qwen2.ModelArgs.from_dict(config))
         model.set_dtype(mx.float32)

@@ -46,8 +46,12 @@ class NodeConfig:
     warmup_deadline_s: float = 300.0
     group_connect_deadline_s: float = 120.0
     recreate_backoff_s: float = 0.5
+    max_batch: int = 16
+    queue_max: int = 64
+    prefill_chunk: int = 256
+    prefix_cache_mb: int = 512
     api_workers: int = 1
-    api_threads: int = 16
+    api_threads: int = 128
     api_keepalive_s: float = 10.0
     api_stall_timeout_s: float = 120.0
     trace_retention_days: float = 3.0
@@ -68,7 +72,9 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
             "keepalive_s": ("api_keepalive_s", float), "stall_timeout_s": ("api_stall_timeout_s", float)},
     "runner": {"warmup_deadline_s": ("warmup_deadline_s", float),
                "group_connect_deadline_s": ("group_connect_deadline_s", float),
-               "recreate_backoff_s": ("recreate_backoff_s", float)},
+               "recreate_backoff_s": ("recreate_backoff_s", float),
+               "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
+               "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int)},
     "tracing": {"retention_days": ("trace_retention_days", float)},
 }
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
@@ -186,5 +192,9 @@ def _check(cfg: NodeConfig) -> None:
             raise ConfigError("restart budgets need intensity >= 0 and period_s > 0")
     if cfg.api_keepalive_s <= 0 or cfg.api_stall_timeout_s <= 0:
         raise ConfigError("api: keepalive_s and stall_timeout_s must be > 0")
+    if not 1 <= cfg.max_batch <= 1024 or not 0 <= cfg.queue_max <= 100_000:
+        raise ConfigError("runner.max_batch must be in 1..1024 and runner.queue_max in 0..100000")
+    if not 16 <= cfg.prefill_chunk <= 65536 or not 0 <= cfg.prefix_cache_mb <= 1 << 20:
+        raise ConfigError("runner.prefill_chunk must be in 16..65536 and runner.prefix_cache_mb in 0..1048576")
     if cfg.api_workers < 1 or cfg.api_threads < 1:
         raise ConfigError("api workers and threads must be >= 1")

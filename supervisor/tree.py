@@ -53,7 +53,10 @@ def build_tree(cfg: NodeConfig, node_id: str) -> SupervisorSpec:
 
     runner = ChildSpec(id="runner", module="skulk.services.runner", title="runner",
                        args=("--warmup-deadline", repr(cfg.warmup_deadline_s),
-                             "--group-connect-deadline", repr(cfg.group_connect_deadline_s)),
+                             "--group-connect-deadline", repr(cfg.group_connect_deadline_s),
+                             "--max-batch", str(cfg.max_batch), "--queue-max", str(cfg.queue_max),
+                             "--prefill-chunk", str(cfg.prefill_chunk),
+                             "--prefix-cache-mb", str(cfg.prefix_cache_mb)),
                        # never restarted here: the leader deletes a failed runner's instance
                        # (stopping its other ranks) and re-creates it with back-off
                        restart="temporary", shutdown_s=min(cfg.shutdown_s, RUNNER_SHUTDOWN_S),

@@ -98,6 +98,17 @@ class LocalEvent(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunnerLoad(Message):
+    """A follower's runner's load changed (requests in its batch and waiting): for the
+    leader's routing, never indexed."""
+
+    TYPE: ClassVar[str] = "cluster.runner_load"
+    runner_id: str
+    active: int
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardCommand(Message):
     TYPE: ClassVar[str] = "cluster.forward_command"
     node_id: str

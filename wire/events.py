@@ -37,10 +37,13 @@ class ChildLifecycle(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunnerReport(Message):
-    """A runner's current status, sent on every change and every 2 s (the bus is lossy;
-    the master indexes only changes)."""
+    """A runner's current status and load, sent on every change and every 2 s (the bus is
+    lossy; the master indexes only status changes). The load (`active` in the batch,
+    `waiting` behind it) is for routing and is never replicated state."""
 
     TYPE: ClassVar[str] = "event.runner_report"
     runner_id: str
     instance_id: str
     status: RunnerStatus
+    active: int = 0
+    waiting: int = 0

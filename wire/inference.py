@@ -1,18 +1,34 @@
 """The data plane: API DEALER <-> rank-0 runner ROUTER. Tokens never go through the master.
 
-A request is `Generate`; the runner answers `Started`, then `Progress` while queued or
-prefilling (so the API can tell a slow runner from a dead one), `TokenChunk` with `seq`
-0, 1, 2 ..., and ends with exactly one `Done` or `Failed`. `Cancel` stops it within one
-decode step.
+A request is `Generate`; the runner answers at once with `Started` (admitted to its batch or
+its bounded wait queue) or `Failed` (refused: `reason` says why, e.g. `busy` or
+`context_length_exceeded`), then `Progress` while queued or prefilling (so the API can tell a
+slow runner from a dead one), `TokenChunk` with `seq` 0, 1, 2 ..., and ends with exactly one
+`Done` or `Failed`. `Cancel` removes it from the batch within one step.
+
+Between the ranks of a sharded instance, rank 0's scheduling decisions travel as `RankStep`
+over ROUTER -> DEALER on TCP (never PUB/SUB: a lost or reordered decision would desynchronise
+the ranks' batches); `RankHello` is a follower's first frame, so rank 0 can address it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from skulk.wire.message import Message
 from skulk.wire.state import TaskParams
+
+
+class FailReason(StrEnum):
+    """Why a runner refused or ended a request; the API decides the HTTP status on this."""
+
+    BUSY = "busy"  # batch and wait queue full: 503, retry
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # prompt + max_tokens beyond the context: 400
+    BAD_REQUEST = "bad_request"  # the prompt cannot be built (template, empty): 400
+    ENGINE_ERROR = "engine_error"  # an exception while generating this request: 500
+    OUT_OF_STEP = "out_of_step"  # the ranks of a sharded instance disagree: 500
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,6 +37,7 @@ class Generate(Message):
     request_id: str
     task_id: str
     params: TaskParams
+    context_limit: int = 0  # the instance's usable context in tokens (prompt + output); 0: the model's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +51,7 @@ class Started(Message):
     TYPE: ClassVar[str] = "inference.started"
     request_id: str
     prompt_tokens: int
-    queued: int = 0
+    queued: int = 0  # requests ahead of it in the wait queue (0: straight into the batch)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +94,7 @@ class Done(Message):
     prompt_tps: float
     generation_tps: float
     peak_memory_bytes: int
+    cached_tokens: int = 0  # prompt tokens reused from the prefix cache (not prefilled)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,16 +103,43 @@ class Failed(Message):
     request_id: str
     error: str
     retryable: bool = True
+    reason: str = ""  # a FailReason where the runner knows it; "" for a lost runner or link
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RankControl(Message):
-    """Rank 0 -> the other ranks of a sharded instance (PUB/SUB over TCP): every rank must run
-    the same generate loop, so rank 0 says when a generation starts (prompt ids, params, the
-    seed it chose), before each decode step, and when it stops."""
+class RankHello(Message):
+    """A follower rank's first frame to rank 0's control ROUTER (its routing id is `rank<r>`)."""
 
-    TYPE: ClassVar[str] = "inference.rank_control"
-    request_id: str
-    action: str  # "start" | "step" | "stop"
-    prompt: tuple[int, ...] = ()
-    params: TaskParams | None = None
+    TYPE: ClassVar[str] = "inference.rank_hello"
+    rank: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankInsert(Message):
+    """One request joining the batch. Every rank inserts it with the same sampler (a sampled
+    request has its own seeded generator, the seed chosen by rank 0 when the client gave none)
+    and reuses the same prefix-cache entry, so `cached` must match on every rank."""
+
+    TYPE: ClassVar[str] = "inference.rank_insert"
+    uid: int
+    prompt: tuple[int, ...]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    seed: int
+    cached: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankStep(Message):
+    """Rank 0 -> every other rank, once per batch step, in order (`seq` 1, 2, 3 ...): trim the
+    prefix cache to `cache_entries` (rank 0's count, so eviction agrees), remove `removes`,
+    insert `inserts`, then run one step of the batch."""
+
+    TYPE: ClassVar[str] = "inference.rank_step"
+    seq: int
+    cache_entries: int
+    removes: tuple[int, ...] = ()
+    inserts: tuple[RankInsert, ...] = ()

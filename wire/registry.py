@@ -38,10 +38,10 @@ ALL: tuple[type[Message], ...] = (
     cmd.CommandAccepted, cmd.CommandRejected, cmd.Routed, cmd.StateSnapshot,
     # data plane: API <-> runner
     inf.Generate, inf.Cancel, inf.Started, inf.Progress, inf.TopLogprob, inf.TokenChunk,
-    inf.Done, inf.Failed, inf.RankControl,
+    inf.Done, inf.Failed, inf.RankHello, inf.RankInsert, inf.RankStep,
     # node to node
     cl.PeerHello, cl.Member, cl.Membership, cl.Campaign, cl.LeaderAnnounce, cl.EventBatch,
-    cl.ReplayRequest, cl.SnapshotPush, cl.LocalEvent, cl.ForwardCommand, cl.ForwardedReply,
+    cl.ReplayRequest, cl.SnapshotPush, cl.LocalEvent, cl.RunnerLoad, cl.ForwardCommand, cl.ForwardedReply,
 )
 
 

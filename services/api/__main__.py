@@ -128,7 +128,7 @@ def main() -> None:
     p.add_argument("--listen", default="0.0.0.0")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--threads", type=int, default=16)
+    p.add_argument("--threads", type=int, default=128)
     p.add_argument("--node-id", required=True)
     p.add_argument("--stall-timeout", type=float, default=StreamTiming.stall_s)
     p.add_argument("--keepalive", type=float, default=StreamTiming.keepalive_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skulk.wire.inference import Done, TokenChunk
+from skulk.wire.inference import Done, Failed, FailReason, TokenChunk
 
 
 def sse_comment(text: str) -> bytes:
@@ -20,10 +20,10 @@ def sse_data(obj: Any) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-def usage(prompt: int, completion: int) -> dict[str, Any]:
+def usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                           "accepted_prediction_tokens": 0,
                                           "rejected_prediction_tokens": 0}}
@@ -67,11 +67,25 @@ def completion(command_id: str, model: str, created: int, text: str, chunks: lis
                          "message": {"role": "assistant", "content": text,
                                      "reasoning_content": None, "tool_calls": None},
                          "logprobs": logprobs, "finish_reason": done.finish_reason}],
-            "usage": usage(done.prompt_tokens, done.completion_tokens), "service_tier": None}
+            "usage": done_usage(done), "service_tier": None}
 
 
-def stream_error(message: str) -> dict[str, Any]:
-    """The SSE error event; `context_length_exceeded:` messages are client errors."""
-    if message.startswith("context_length_exceeded:"):
+def done_usage(done: Done) -> dict[str, Any]:
+    return usage(done.prompt_tokens, done.completion_tokens, done.cached_tokens)
+
+
+FAIL_STATUS = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400, FailReason.BAD_REQUEST: 400}
+"""The HTTP status of a runner's refusal or failure, by its reason (anything else: 500)."""
+
+
+def fail_status(failed: Failed) -> int:
+    return FAIL_STATUS.get(failed.reason, 500)  # type: ignore[call-overload]
+
+
+def stream_error(message: str, status: int = 500) -> dict[str, Any]:
+    """The SSE error event; client errors (400) are upstream's `invalid_request_error`."""
+    if status == 400:
         return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": 400}}
+    if status == 503:
+        return {"error": {"message": message, "type": "ServiceUnavailable", "param": None, "code": 503}}
     return {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from skulk.wire.placement import PlacementError, place
@@ -93,7 +93,8 @@ def _task_of_command(state: State, command_id: str) -> Task | None:
     return next((t for t in state.tasks.values() if t.command_id == command_id), None)
 
 
-def handle(state: State, cmd: Message, new_id: Callable[[], str]) -> Outcome:
+def handle(state: State, cmd: Message, new_id: Callable[[], str],
+           loads: Mapping[str, int] | None = None) -> Outcome:
     if isinstance(cmd, SnapshotRequest):
         return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
     if isinstance(cmd, PlaceInstance):
@@ -110,7 +111,7 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str]) -> Outcome:
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
                        delete_events(state, cmd.instance_id, DELETED_BY_OPERATOR, time.time(), "operator"))
     if isinstance(cmd, TextGeneration):
-        found = route(state, cmd.params.model)
+        found = route(state, cmd.params.model, loads)
         if isinstance(found, RouteError):
             return Outcome(CommandRejected(command_id=cmd.command_id, status=found.status,
                                            message=found.message))

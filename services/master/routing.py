@@ -3,6 +3,7 @@ nor one on a node restarting in place (its runners are about to stop)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE
@@ -33,12 +34,18 @@ def rank0(inst: Instance) -> str:
     return next(rid for rid, shard in inst.runner_to_shard.items() if shard.device_rank == 0)
 
 
-def load(state: State, instance_id: str) -> int:
-    return sum(1 for t in state.tasks.values()
-               if t.instance_id == instance_id and t.status in ("Pending", "Running"))
+def load(state: State, instance_id: str, reported: Mapping[str, int] | None = None) -> int:
+    """An instance's load: the larger of what its rank-0 runner reports (requests in its batch
+    and waiting; the truth about the runner, a report or so late) and the open tasks routed to
+    it (which count a burst routed since that report)."""
+    tasks = sum(1 for t in state.tasks.values()
+                if t.instance_id == instance_id and t.status in ("Pending", "Running"))
+    inst = state.instances.get(instance_id)
+    runner = reported.get(rank0(inst), 0) if reported and inst is not None else 0
+    return max(tasks, runner)
 
 
-def route(state: State, model_id: str) -> Route | RouteError:
+def route(state: State, model_id: str, reported: Mapping[str, int] | None = None) -> Route | RouteError:
     """The least-loaded serving instance of `model_id`, or an immediate error (never a wait)."""
     candidates = [i for i in state.instances.values() if i.model_id == model_id]
     if not candidates:
@@ -49,6 +56,6 @@ def route(state: State, model_id: str) -> Route | RouteError:
                         for i in candidates for r in i.runner_to_shard} |
                        {"node restarting" for i in candidates for n in i.node_to_runner if n in state.restarting})
         return RouteError(503, NO_READY_INSTANCE.format(model=model_id, kinds=", ".join(kinds)))
-    best = min(ready, key=lambda i: (load(state, i.instance_id), i.instance_id))
+    best = min(ready, key=lambda i: (load(state, i.instance_id, reported), i.instance_id))
     rid = rank0(best)
     return Route(best, rid, state.runners[rid].endpoint)

@@ -18,6 +18,7 @@ from skulk.services.master.commands import describe, handle, lost_changes
 from skulk.services.master.desk import CommandDesk
 from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
+from skulk.services.master.loads import RunnerLoads
 from skulk.services.master import saved_state
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.replication import SessionLog, seed
@@ -25,7 +26,7 @@ from skulk.services.master.roster import Roster
 from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
-                                LocalEvent, Membership, ReplayRequest, SnapshotPush)
+                                LocalEvent, Membership, ReplayRequest, RunnerLoad, SnapshotPush)
 from skulk.wire.commands import (CommandAccepted, CommandRejected, RestartNode,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import WireError
@@ -57,6 +58,7 @@ class Master:
         self.peers: dict[str, zmq.Socket[Any]] = {}
         self.desk = CommandDesk()
         self.local_runners: dict[str, RunnerStatus] = {}
+        self.loads = RunnerLoads()
         self.boot_places: list[str] = list(ns.place)
         self.leaving = False  # our node is restarting in place (this process is the old image)
         self.policy = RecoveryPolicy(backoff_s=ns.recreate_backoff)
@@ -187,7 +189,7 @@ class Master:
         command_id = getattr(cmd, "command_id", "")
         reply = self.desk.cached(command_id)
         if reply is None:
-            outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex)
+            outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex, self.loads.loads)
             self.emit(outcome.events)
             self.election.commands += bool(outcome.events)
             reply = outcome.reply
@@ -242,6 +244,8 @@ class Master:
                 reply: Message = (EventBatch(session=self.state.session, events=tuple(events))
                                   if events is not None else SnapshotPush(state=self.state))
                 send_routed(sock, envelope, reply)
+            elif isinstance(msg, RunnerLoad):
+                self.loads.record(msg.runner_id, msg.active, msg.waiting)
             elif isinstance(msg, LocalEvent) and self.election.is_leader:
                 if isinstance(msg.event, RunnerStatusUpdated):
                     self.runner_fact(msg.event.runner_id, msg.event.status)
@@ -276,6 +280,9 @@ class Master:
             if isinstance(msg, RunnerReport):
                 self.local_runners[msg.runner_id] = msg.status
                 self.runner_fact(msg.runner_id, msg.status)
+                if self.loads.record(msg.runner_id, msg.active, msg.waiting) and (to := self.leader_sock()):
+                    send(to, RunnerLoad(runner_id=msg.runner_id, active=msg.active, waiting=msg.waiting),
+                         flags=zmq.NOBLOCK)
             elif isinstance(msg, ChildLifecycle) and (status := process_ended(msg, self.node_id)):
                 self.local_runners[msg.child_id] = status
                 self.runner_fact(msg.child_id, status)

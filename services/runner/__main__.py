@@ -1,4 +1,4 @@
-from skulk.services.runner.engine import preload_blas
+from skulk.services.runner.blas import preload_blas
 
 _BLAS = preload_blas()  # before anything imports mlx
 

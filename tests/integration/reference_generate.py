@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from skulk.services.runner.engine import preload_blas
+from skulk.services.runner.blas import preload_blas
 
 preload_blas()
 

@@ -81,7 +81,7 @@ def test_sse_frames_and_error_events():
     assert json.loads(fmt.sse_data(body)[6:]) == body
     assert fmt.stream_error("boom")["error"] == {"message": "boom", "type": "InternalServerError",
                                                  "param": None, "code": 500}
-    assert fmt.stream_error("context_length_exceeded: x")["error"]["code"] == 400
+    assert fmt.stream_error("context_length_exceeded: x", 400)["error"]["code"] == 400
     done = Done(request_id="r", seq=1, finish_reason="length", prompt_tokens=3, completion_tokens=2,
                 prompt_tps=1.0, generation_tps=2.0, peak_memory_bytes=7)
     full = fmt.completion("cid", "m/x", 1, "hi", [chunk], done, want_logprobs=False)

@@ -192,7 +192,7 @@ def test_a_taken_ring_port_fails_at_once_not_at_the_connect_deadline(tmp_path):
 
     import pytest
 
-    from skulk.services.runner.engine import Ring, connect_group
+    from skulk.services.runner.ring import Ring, connect_group
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ with the envelope (the runbook's promise). Whatever happens, the client gets an 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -22,7 +23,7 @@ from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.common import command, http_error, json_body, state_or_503
 from skulk.wire.commands import NO_INSTANCE, Routed, TaskCancelled, TaskFinished, TextGeneration
 from skulk.wire.inference import Done, Failed, Progress, TokenChunk
-from skulk.wire.state import TaskParams
+from skulk.wire.state import Instance, TaskParams
 
 
 class ChatResource:
@@ -49,13 +50,25 @@ class ChatResource:
                                                       params=params))
         assert isinstance(routed, Routed)
         created = int(time.time())
+        messages = self._admitted(routed, params, state.instances.get(routed.instance_id))
         if params.stream:
             resp.content_type = "text/event-stream"
             resp.set_headers({"Cache-Control": "no-cache", "Connection": "close",
                               "X-Accel-Buffering": "no"})
-            resp.stream = self._sse(routed, params, created)
+            resp.stream = self._sse(routed, params, created, messages)
             return
-        self._complete(resp, routed, params, created)
+        self._complete(resp, routed, params, created, messages)
+
+    def _admitted(self, routed: Routed, params: TaskParams, inst: Instance | None) -> Iterator[object]:
+        """The runner's stream, once it has admitted the request: a refusal (busy, context too
+        long) comes back at once and is this response's status (503, 400), streaming or not."""
+        stream = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+                                     routed.runner_id, params, inst.context_token_limit if inst else 0)
+        first = next(stream)
+        if isinstance(first, Failed):
+            self._finish(routed, ok=False, cancelled=False, error=first.error)
+            raise http_error(fmt.fail_status(first), first.error)
+        return itertools.chain([first], stream)
 
     def _finish(self, routed: Routed, ok: bool, cancelled: bool, error: str = "") -> None:
         cmd = (TaskCancelled(command_id=uuid.uuid4().hex, cancelled_command_id=routed.command_id)
@@ -64,17 +77,13 @@ class ChatResource:
                                               failed=not ok, error_message=error))
         self.gateway.tell(cmd)
 
-    def _messages(self, routed: Routed, params: TaskParams):  # type: ignore[no-untyped-def]
-        return self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id,
-                                   routed.instance_id, routed.runner_id, params)
-
-    def _sse(self, routed: Routed, params: TaskParams, created: int) -> Iterator[bytes]:
+    def _sse(self, routed: Routed, params: TaskParams, created: int, messages: Iterator[object]) -> Iterator[bytes]:
         cid, model = routed.command_id, params.model
         outcome: tuple[bool, str] | None = None
         try:
             yield fmt.sse_comment("keep-alive")
             yield fmt.sse_comment(f"command_id {cid}")
-            for msg in self._messages(routed, params):
+            for msg in messages:
                 if isinstance(msg, KeepAlive):
                     yield fmt.sse_comment("keep-alive")
                 elif isinstance(msg, Progress) and msg.phase == "prefill":
@@ -86,13 +95,13 @@ class ChatResource:
                     outcome = (True, "")
                     yield fmt.sse_data(fmt.stream_chunk(
                         cid, model, created, "", finish_reason=msg.finish_reason,
-                        usage_obj=fmt.usage(msg.prompt_tokens, msg.completion_tokens)))
+                        usage_obj=fmt.done_usage(msg)))
                     yield fmt.sse_comment("generation_stats " + json.dumps(fmt.generation_stats(msg)))
                     yield fmt.DONE
                     return
                 elif isinstance(msg, Failed):
                     outcome = (False, msg.error)
-                    yield fmt.sse_data(fmt.stream_error(msg.error))
+                    yield fmt.sse_data(fmt.stream_error(msg.error, fmt.fail_status(msg)))
                     yield fmt.DONE
                     return
         finally:
@@ -101,11 +110,12 @@ class ChatResource:
             self._finish(routed, ok=bool(outcome and outcome[0]), cancelled=outcome is None,
                          error=outcome[1] if outcome else "")
 
-    def _complete(self, resp: falcon.Response, routed: Routed, params: TaskParams, created: int) -> None:
+    def _complete(self, resp: falcon.Response, routed: Routed, params: TaskParams, created: int,
+                  messages: Iterator[object]) -> None:
         chunks: list[TokenChunk] = []
         outcome: tuple[bool, str] | None = None
         try:
-            for msg in self._messages(routed, params):
+            for msg in messages:
                 if isinstance(msg, TokenChunk):
                     chunks.append(msg)
                 elif isinstance(msg, Done):
@@ -116,8 +126,7 @@ class ChatResource:
                     return
                 elif isinstance(msg, Failed):
                     outcome = (False, msg.error)
-                    status = 400 if msg.error.startswith("context_length_exceeded:") else 500
-                    raise http_error(status, msg.error)
+                    raise http_error(fmt.fail_status(msg), msg.error)
         finally:
             if outcome is None:
                 self.gateway.cancel(routed.endpoint, routed.command_id)

@@ -1,0 +1,30 @@
+"""How busy each runner says it is (requests in its batch plus waiting), for routing only.
+
+The load is not replicated state: a runner going busy and idle for each request adds no event.
+Runners report it on their node's bus (`RunnerReport.active/waiting`); a follower's master
+passes changes to the leader (`cluster.RunnerLoad`), which keeps the latest per runner here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunnerLoads:
+    loads: dict[str, int] = field(default_factory=dict)
+
+    def record(self, runner_id: str, active: int, waiting: int) -> bool:
+        """Remember a report; True when the load changed (worth passing on to the leader)."""
+        load = active + waiting
+        changed = self.loads.get(runner_id) != load
+        self.loads[runner_id] = load
+        return changed
+
+    def get(self, runner_id: str) -> int:
+        return self.loads.get(runner_id, 0)
+
+    def forget(self, keep: set[str]) -> None:
+        """Drop runners that no longer exist in the state."""
+        for rid in [r for r in self.loads if r not in keep]:
+            del self.loads[rid]

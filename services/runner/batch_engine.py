@@ -1,0 +1,166 @@
+"""The MLX engine: mlx-lm's `BatchGenerator` for continuous batching and its `LRUPromptCache`
+for prefix reuse, on the whole model or on this rank's shard.
+
+Requests join and leave the running batch between any two steps; each `step()` is one decode
+step for the batch plus one prefill chunk of at most `prefill_chunk` tokens per prefilling
+request, so a long prompt never holds up running streams for more than a chunk. A finished
+request's KV cache is kept under its tokens (prompt + output) and reused by a later prompt
+that shares a prefix; the cache is bounded in bytes on rank 0, and the other ranks evict to
+rank 0's entry count (`trim_cache`), so all ranks hold the same entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from skulk.services.runner import sampling
+from skulk.services.runner.engine import Detokenizer, PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.ring import Ring, load_model
+from skulk.wire.inference import RankInsert
+from skulk.wire.state import TaskParams
+
+log = logging.getLogger("skulk.runner")
+
+CACHE_KEY = "model"  # LRUPromptCache keys entries by (model, tokens); a runner has one model
+MIN_REUSE = 8
+"""A shorter shared prefix (a chat template's first tokens) is prefilled again: copying a
+cached entry would cost more than it saves."""
+UNBOUNDED = 1 << 62
+
+
+class MlxBatchEngine:
+    def __init__(self, model_dir: Path, ring: Ring | None, max_batch: int, prefill_chunk: int,
+                 prefix_cache_bytes: int) -> None:
+        self.model_dir, self.ring = model_dir, ring
+        self.max_batch, self.prefill_chunk = max_batch, prefill_chunk
+        # Rank 0 bounds the cache in bytes; the other ranks follow its entry count.
+        self.cache_bytes = prefix_cache_bytes if ring is None or ring.rank == 0 else UNBOUNDED
+        self.path = "unknown"
+        self.model_context = 0
+        self.max_token_bytes = 1
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.gen: Any = None
+        self.prefix: Any = None
+
+    # ---- boot ------------------------------------------------------------------------------
+    def load(self) -> None:
+        from mlx_lm.generate import BatchGenerator
+        from mlx_lm.models.cache import LRUPromptCache
+
+        self.model, self.tokenizer, self.path = load_model(self.model_dir, self.ring)
+        args = getattr(self.model, "args", None)
+        self.model_context = int(getattr(args, "max_position_embeddings", 0) or 0)
+        vocab = self.tokenizer.get_vocab()
+        self.max_token_bytes = max((len(piece.encode()) for piece in vocab), default=1)
+        eos = sorted(self.tokenizer.eos_token_ids)
+        self.gen = BatchGenerator(self.model, stop_tokens=[[t] for t in eos],
+                                  sampler=sampling.greedy(),
+                                  completion_batch_size=self.max_batch,
+                                  prefill_batch_size=self.max_batch,
+                                  prefill_step_size=self.prefill_chunk)
+        self.prefix = LRUPromptCache(max_size=UNBOUNDED, max_bytes=self.cache_bytes) \
+            if self.cache_bytes > 0 else None
+
+    def warmup(self) -> None:
+        """A few tokens through the batch path (every rank alike), then an empty cache."""
+        uid = self.next_uid()
+        self.insert([RankInsert(uid=uid, prompt=(0, 1, 2, 3), max_tokens=4, temperature=0.0,
+                                top_p=1.0, top_k=0, min_p=0.0, seed=0, cached=0)])
+        while self.active():
+            self.step()
+        self.trim_cache(0)
+
+    # ---- requests --------------------------------------------------------------------------
+    def encode(self, params: TaskParams) -> list[int]:
+        messages = [{"role": m.role, "content": m.content} for m in params.messages]
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    def next_uid(self) -> int:
+        return int(self.gen._uid_count)  # noqa: SLF001 - BatchGenerator numbers inserts sequentially
+
+    def insert(self, inserts: Sequence[RankInsert]) -> list[int]:
+        if not inserts:
+            return []
+        rests, caches, prefixes, cached = [], [], [], []
+        for ins in inserts:
+            prompt = list(ins.prompt)
+            cache, rest = self._fetch(prompt)
+            rests.append(rest)
+            caches.append(cache)
+            prefixes.append(prompt[:len(prompt) - len(rest)])
+            cached.append(len(prompt) - len(rest))
+        uids = self.gen.insert(rests, max_tokens=[i.max_tokens for i in inserts], caches=caches,
+                               all_tokens=prefixes,
+                               samplers=[sampling.make(i.temperature, i.top_p, i.top_k, i.min_p, i.seed)
+                                         for i in inserts])
+        if list(uids) != [i.uid for i in inserts]:
+            raise RuntimeError(f"batch uids {uids} differ from the plan's {[i.uid for i in inserts]}")
+        return cached
+
+    def _fetch(self, prompt: list[int]) -> tuple[Any, list[int]]:
+        """The nearest cached prefix of `prompt` (a copy) and the tokens still to prefill (never
+        none: the last prompt token is what starts decoding)."""
+        if self.prefix is None:
+            return None, prompt
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        cache, rest = self.prefix.fetch_nearest_cache(CACHE_KEY, prompt)
+        if cache is None or len(prompt) - len(rest) < MIN_REUSE:
+            return None, prompt
+        if not rest:  # the whole prompt is cached: feed its last token again
+            trim_prompt_cache(cache, 1)
+            rest = prompt[-1:]
+        return cache, list(rest)
+
+    def remove(self, uids: Sequence[int]) -> None:
+        if uids:
+            self.gen.remove(list(uids))
+
+    def step(self) -> StepOutput:
+        prompt_responses, generation_responses = self.gen.next()
+        prompts = [PromptProgress(r.uid, r.progress[0], r.progress[1]) for r in prompt_responses]
+        tokens = []
+        for r in generation_responses:
+            tokens.append(TokenOut(r.uid, int(r.token), r.logprobs, r.finish_reason))
+            if r.finish_reason is not None and self.prefix is not None and r.prompt_cache is not None:
+                self.prefix.insert_cache(CACHE_KEY, list(r.all_tokens), r.prompt_cache)
+        return StepOutput(prompts, tokens)
+
+    def active(self) -> int:
+        gen = self.gen
+        return len(gen._unprocessed_sequences) + len(gen._prompt_batch) + len(gen._generation_batch)  # noqa: SLF001
+
+    # ---- prefix cache ----------------------------------------------------------------------
+    def cache_entries(self) -> int:
+        return len(self.prefix) if self.prefix is not None else 0
+
+    def trim_cache(self, entries: int) -> None:
+        if self.prefix is not None and len(self.prefix) > entries:
+            self.prefix.trim_to(n_sequences=entries)
+
+    # ---- text ------------------------------------------------------------------------------
+    def detokenizer(self) -> Detokenizer:
+        return self.tokenizer.detokenizer  # a fresh copy per access
+
+    def piece(self, token: int) -> str:
+        return str(self.tokenizer.decode([token]))
+
+    def logprob_of(self, logprobs: Any, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:
+        import mlx.core as mx
+
+        top: list[tuple[int, float]] = []
+        k = min(k, logprobs.shape[-1])
+        if k > 0:
+            ids = mx.argpartition(-logprobs, kth=k - 1)[:k].tolist()
+            values = logprobs[mx.array(ids)].tolist()
+            top = sorted(zip(ids, values), key=lambda p: -p[1])
+        return float(logprobs[token].item()), top
+
+    def peak_memory(self) -> int:
+        import mlx.core as mx
+
+        return int(mx.get_peak_memory())

@@ -1,0 +1,201 @@
+"""Rank 0's batch loop without sockets: requests in, messages out, one `RankStep` per step.
+
+`on_generate` admits (or refuses at once: busy, context) and answers `Started`; `plan` and
+`apply` run one step: removals, then the waiting requests that fit join the batch, then one
+engine step, whose tokens become each session's messages. The service sends what these
+return; unit tests drive the same object with the fake engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from skulk.services.runner import scheduler
+from skulk.services.runner.engine import Engine
+from skulk.services.runner.scheduler import Admission, Limits
+from skulk.services.runner.sessions import Session
+from skulk.wire.inference import FailReason, Failed, Generate, Progress, RankInsert, RankStep, Started
+from skulk.wire.message import Message
+
+log = logging.getLogger("skulk.runner")
+
+Out = tuple[list[bytes], Message]
+"""A message for the client at this envelope."""
+
+
+@dataclass
+class Plan:
+    step: RankStep
+    joiners: list[Session]
+
+
+class Batcher:
+    def __init__(self, engine: Engine, limits: Limits,
+                 draw_seed: Callable[[], int] = lambda: random.randrange(2 ** 31)) -> None:
+        self.engine, self.limits, self.draw_seed = engine, limits, draw_seed
+        self.waiting: deque[Session] = deque()
+        self.running: dict[int, Session] = {}  # by engine uid
+        self.by_request: dict[str, Session] = {}
+        self.removes: list[int] = []  # uids to take out of the batch at the next step
+        self.seq = 0
+
+    # ---- load ------------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.removes or self.engine.active())
+
+    # ---- requests --------------------------------------------------------------------------
+    def on_generate(self, envelope: list[bytes], msg: Generate, now: float) -> list[Out]:
+        def refuse(reason: FailReason, error: str, retryable: bool = False) -> list[Out]:
+            return [(envelope, Failed(request_id=msg.request_id, error=error, retryable=retryable,
+                                      reason=reason))]
+
+        if msg.request_id in self.by_request:
+            return []  # a duplicate frame of a request already here
+        params = msg.params
+        limit = scheduler.context_limit(msg.context_limit, self.engine.model_context)
+        size = sum(len(m.content.encode()) for m in params.messages)
+        if scheduler.exceeds_by_size(size, self.engine.max_token_bytes, params.max_tokens, limit):
+            return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
+                          scheduler.context_message(None, params.max_tokens, limit))
+        where = scheduler.admit(self.pending, self.limits)
+        if where is Admission.BUSY:
+            return refuse(FailReason.BUSY, f"runner busy: {self.limits.max_batch} requests in its batch "
+                          f"and {self.limits.queue_max} waiting; retry shortly", retryable=True)
+        try:
+            prompt = self.engine.encode(params)
+        except Exception as exc:  # noqa: BLE001 - a template error is this request's, not the runner's
+            return refuse(FailReason.BAD_REQUEST, f"the prompt could not be built: {type(exc).__name__}: {exc}")
+        if not prompt:
+            return refuse(FailReason.BAD_REQUEST, "the prompt is empty after the chat template")
+        if scheduler.exceeds(len(prompt), params.max_tokens, limit):
+            return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
+                          scheduler.context_message(len(prompt), params.max_tokens, limit))
+        seed = params.seed if params.seed is not None else self.draw_seed()
+        session = Session(msg.request_id, envelope, params, prompt, seed, admitted_at=now)
+        self.waiting.append(session)
+        self.by_request[msg.request_id] = session
+        queued = max(0, self.pending - self.limits.max_batch) if where is Admission.QUEUE else 0
+        return [(envelope, Started(request_id=msg.request_id, prompt_tokens=len(prompt), queued=queued))]
+
+    def cancel(self, request_id: str) -> bool:
+        """Take a request out wherever it is; its batch row goes at the next step."""
+        session = self.by_request.pop(request_id, None)
+        if session is None:
+            return False
+        session.done = True
+        if session.uid >= 0:
+            self.running.pop(session.uid, None)
+            self.removes.append(session.uid)
+        else:
+            self.waiting.remove(session)
+        return True
+
+    def keep_alive(self) -> list[Out]:
+        """`Progress(queued)` for every waiting request (the API's sign the runner lives)."""
+        return [(s.envelope, Progress(request_id=s.request_id, phase="queued")) for s in self.waiting]
+
+    # ---- one step --------------------------------------------------------------------------
+    def plan(self) -> Plan | None:
+        """This step's removals and joiners (the `RankStep` before prefix lookups), or None
+        when there is nothing to run."""
+        if not self.has_work():
+            return None
+        joiners = [self.waiting.popleft()
+                   for _ in range(scheduler.joining(len(self.running), len(self.waiting), self.limits))]
+        first = self.engine.next_uid()
+        inserts = tuple(RankInsert(uid=first + i, prompt=tuple(s.prompt), max_tokens=s.params.max_tokens,
+                                   temperature=0.0 if s.params.temperature is None else s.params.temperature,
+                                   top_p=1.0 if s.params.top_p is None else s.params.top_p,
+                                   top_k=s.params.top_k or 0, min_p=s.params.min_p or 0.0,
+                                   seed=s.seed, cached=0)
+                        for i, s in enumerate(joiners))
+        self.seq += 1
+        step = RankStep(seq=self.seq, cache_entries=self.engine.cache_entries(),
+                        removes=tuple(self.removes), inserts=inserts)
+        self.removes = []
+        return Plan(step, joiners)
+
+    def admit_plan(self, plan: Plan, now: float) -> RankStep:
+        """Apply the plan's removals and inserts to the engine; the `RankStep` for the other
+        ranks, with the prefix-cache hits they must find too."""
+        self.engine.remove(plan.step.removes)
+        cached = self.engine.insert(plan.step.inserts)
+        for session, ins, hit in zip(plan.joiners, plan.step.inserts, cached):
+            session.on_inserted(ins.uid, hit, self.engine.detokenizer(), now)
+            self.running[ins.uid] = session
+        return replace(plan.step, inserts=tuple(replace(i, cached=c) for i, c in zip(plan.step.inserts, cached)))
+
+    def run_step(self, now_fn: Callable[[], float]) -> list[Out]:
+        """One engine step; its tokens become the sessions' messages. An engine error fails the
+        whole batch (it cannot be pinned on one row); an error in one session's text or
+        logprobs fails that session only."""
+        try:
+            out = self.engine.step()
+        except Exception as exc:  # noqa: BLE001
+            log.exception("batch step failed; failing its %d requests", len(self.running))
+            return self._fail_all(f"{type(exc).__name__}: {exc}")
+        now = now_fn()
+        outs: list[Out] = []
+        for p in out.prompts:
+            if (s := self.running.get(p.uid)) is not None and p.done < p.total:
+                outs.append((s.envelope, Progress(request_id=s.request_id, phase="prefill",
+                                                  processed=p.done, total=p.total)))
+        for tok in out.tokens:
+            session = self.running.get(tok.uid)
+            if session is None:
+                continue  # removed meanwhile (cancelled, stop string): its last token is moot
+            try:
+                messages = session.on_token(tok, self.engine, now)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("request %s failed", session.request_id)
+                session.done = True
+                messages = [Failed(request_id=session.request_id, error=f"{type(exc).__name__}: {exc}",
+                                   retryable=False, reason=FailReason.ENGINE_ERROR)]
+            outs.extend((session.envelope, m) for m in messages)
+            if session.done:
+                self._finished(session, in_engine=tok.finish is None)
+        return outs
+
+    def _finished(self, session: Session, in_engine: bool) -> None:
+        self.running.pop(session.uid, None)
+        self.by_request.pop(session.request_id, None)
+        if in_engine:  # a stop string or an error: the engine still runs the row
+            self.removes.append(session.uid)
+
+    def _fail_all(self, error: str) -> list[Out]:
+        outs: list[Out] = []
+        for session in list(self.running.values()):
+            session.done = True
+            outs.append((session.envelope, Failed(request_id=session.request_id, error=error,
+                                                  retryable=False, reason=FailReason.ENGINE_ERROR)))
+            self._finished(session, in_engine=True)
+        return outs
+
+    def client_gone(self, request_id: str) -> None:
+        if self.cancel(request_id):
+            log.info("client of %s is gone; removed from the batch", request_id)
+
+
+def follow(engine: Engine, step: RankStep, expected_seq: int) -> None:
+    """A follower rank applies rank 0's step exactly as rank 0 did; any disagreement is fatal
+    (the runner exits, its instance is deleted and every request of it ends with an error)."""
+    if step.seq != expected_seq:
+        raise OutOfStep(f"rank step {step.seq} arrived, {expected_seq} expected")
+    engine.trim_cache(step.cache_entries)
+    engine.remove(step.removes)
+    cached = engine.insert(step.inserts)
+    if cached != [i.cached for i in step.inserts]:
+        raise OutOfStep(f"prefix-cache hits {cached} differ from rank 0's {[i.cached for i in step.inserts]}")
+    engine.step()
+
+
+class OutOfStep(RuntimeError):
+    """This rank's batch no longer matches rank 0's."""

@@ -1,0 +1,44 @@
+"""A hard deadline around a call that may block in C forever, and the exit codes it uses."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger("skulk.runner")
+
+GROUP_CONNECT_EXIT = 87  # exitcodes.GROUP_CONNECT_FAILED
+WEDGED_EXIT = 86  # exitcodes.WEDGED
+
+
+class Deadline:
+    """A faulted Metal eval parks at 0% CPU, uninterruptible from Python; `mx.distributed.init`
+    blocks until every rank connects. A timer thread is the only way to bound such calls: on
+    overrun it logs a CRITICAL diagnosis, runs `before_exit` and exits with `code`."""
+
+    def __init__(self, seconds: float, what: str, guidance: str, code: int,
+                 before_exit: Callable[[str], None] | None = None) -> None:
+        self.seconds, self.what, self.guidance, self.code = seconds, what, guidance, code
+        self.before_exit = before_exit
+        self._timer = threading.Timer(seconds, self._overrun)
+        self._timer.daemon = True
+
+    def _overrun(self) -> None:
+        message = f"{self.what} exceeded its {self.seconds:.0f}s deadline — {self.guidance}"
+        log.critical(message)
+        if self.before_exit is not None:
+            try:
+                self.before_exit(message)
+            except Exception:  # noqa: BLE001 - the exit below must happen whatever this does
+                pass
+        logging.shutdown()
+        os._exit(self.code)
+
+    def __enter__(self) -> Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()

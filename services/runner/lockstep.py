@@ -1,0 +1,76 @@
+"""The channel that keeps the ranks of a sharded instance in step: rank 0's control ROUTER,
+each follower's DEALER (routing id `rank<r>`), one `RankStep` per batch step.
+
+ZeroMQ over one TCP connection neither drops nor reorders, and neither side has a high-water
+mark here (a follower is at most a step behind: every step meets in a collective), so a
+decision is never lost. Rank 0 waits for every follower's `RankHello` before it reports ready,
+so it can address each; a follower it cannot reach any more fails the step (the instance is
+then lost and re-created, its requests end with an error).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import zmq
+
+from skulk.wire.errors import WireError
+from skulk.wire.inference import RankHello, RankStep
+from skulk.wire.sockets import make_socket, recv, recv_routed, send
+
+
+class FollowerUnreachable(RuntimeError):
+    """Rank 0 could not hand a step to a follower (its process or its link is gone)."""
+
+
+class Leader:
+    def __init__(self, ctx: zmq.Context[Any], listen: str, port: str, followers: int) -> None:
+        self.sock = make_socket(ctx, zmq.ROUTER, hwm=0, bind=f"tcp://{listen}:{port}")
+        self.expected = followers
+        self.peers: list[bytes] = []
+
+    def wait_hellos(self, deadline_s: float) -> None:
+        """Every follower's hello, or a RuntimeError at the deadline (a rank never came up)."""
+        end = time.monotonic() + deadline_s
+        while len(self.peers) < self.expected:
+            left = end - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
+                raise RuntimeError(f"only {len(self.peers)} of {self.expected} follower ranks said hello "
+                                   f"within {deadline_s:.0f}s")
+            try:
+                envelope, msg = recv_routed(self.sock, flags=zmq.NOBLOCK)
+            except (zmq.Again, WireError):
+                continue
+            if isinstance(msg, RankHello) and envelope[0] not in self.peers:
+                self.peers.append(envelope[0])
+
+    def broadcast(self, step: RankStep) -> None:
+        from skulk.wire import codec
+
+        frame = codec.encode(step)
+        for peer in self.peers:
+            try:
+                self.sock.send_multipart([peer, frame], zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                raise FollowerUnreachable(f"rank step {step.seq} could not reach {peer.decode()}: {exc}") from None
+
+
+class Follower:
+    def __init__(self, ctx: zmq.Context[Any], control: str, rank: int) -> None:
+        self.sock = make_socket(ctx, zmq.DEALER, hwm=0)
+        self.sock.setsockopt(zmq.ROUTING_ID, f"rank{rank}".encode())
+        self.sock.connect(f"tcp://{control}")
+        send(self.sock, RankHello(rank=rank))
+        self.expected_seq = 1
+
+    def steps(self) -> list[RankStep]:
+        """The steps that have arrived, in order (non-blocking)."""
+        out: list[RankStep] = []
+        while True:
+            try:
+                msg = recv(self.sock, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return out
+            if isinstance(msg, RankStep):
+                out.append(msg)

@@ -1,0 +1,98 @@
+"""Forming this runner's `mx.distributed` ring and loading its part of the model.
+
+`mlx` is imported only inside these functions, after `blas.preload_blas()` ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skulk.services.runner.deadline import GROUP_CONNECT_EXIT, Deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Ring:
+    """This runner's place in an mx.distributed ring (from the placement)."""
+
+    rank: int
+    hosts: tuple[str, ...]
+    sharding: str  # "Pipeline" | "Tensor"
+    split: tuple[int, ...]  # layers per rank (Pipeline)
+    hostfile: Path
+    connect_deadline_s: float = 120.0
+
+
+def connect_group(ring: Ring) -> Any:
+    """`mx.distributed.init(backend="ring")` under SKULK_GROUP_CONNECT_DEADLINE_SECONDS.
+
+    The call blocks in C until every rank has connected; on overrun the `Deadline` logs a
+    CRITICAL diagnosis and exits the process (the supervisor then reports the runner failed).
+    """
+    import mlx.core as mx
+
+    host, _, port = ring.hosts[ring.rank].rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:  # fail now, not at the deadline: the leader re-creates the instance on new ports
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            raise RuntimeError(f"ring port {host}:{port} of rank {ring.rank} is taken ({exc.strerror})") from None
+    ring.hostfile.write_text(json.dumps([[h] for h in ring.hosts]))
+    os.environ["MLX_HOSTFILE"] = str(ring.hostfile)
+    os.environ["MLX_RANK"] = str(ring.rank)
+
+    with Deadline(ring.connect_deadline_s, f"rank {ring.rank} forming its mx.distributed ring with "
+                  f"{', '.join(ring.hosts)} (SKULK_GROUP_CONNECT_DEADLINE_SECONDS)",
+                  "a peer rank is down, or its port is unreachable or taken: check the peers' "
+                  "runner logs and firewalls", GROUP_CONNECT_EXIT):
+        return mx.distributed.init(backend="ring", strict=True)
+
+
+def load_model(model_dir: Path, ring: Ring | None) -> tuple[Any, Any, str]:
+    """(model, tokenizer, engine path) for this runner: the whole model, or its shard."""
+    import mlx.core as mx
+
+    if ring is not None and len(ring.hosts) > 1:
+        return _load_sharded(model_dir, ring)
+    from mlx_lm import load
+    from mlx_lm.utils import dequantize_model
+
+    model, tokenizer, config = load(str(model_dir), return_config=True)
+    if mx.default_device() == mx.cpu:
+        # Quantized matmuls are very slow on CPU: dequantize and run fp32 (4 B/param).
+        if config.get("quantization") or config.get("quantization_config"):
+            model = dequantize_model(model)
+        model.set_dtype(mx.float32)
+        path = "cpu fp32"
+    else:
+        path = f"{mx.default_device()}"
+    mx.eval(model.parameters())
+    return model, tokenizer, path
+
+
+def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
+    """mlx-lm's sharded load for a local directory, with the placement's layer split."""
+    import mlx.core as mx
+    from mlx_lm.utils import load_model as mlx_load_model
+    from mlx_lm.utils import load_tokenizer
+
+    group = connect_group(ring)
+    model, config = mlx_load_model(model_dir, lazy=True, strict=False)
+    tokenizer = load_tokenizer(model_dir, {"trust_remote_code": True},
+                               eos_token_ids=config.get("eos_token_id"))
+    if ring.sharding == "Tensor":
+        model.shard(group)
+    else:
+        model.model.pipeline(group, split=list(ring.split))
+    if mx.default_device() == mx.cpu:
+        model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+    mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))  # every rank loaded
+    path = f"{ring.sharding} rank {ring.rank}/{len(ring.hosts)} " + (
+        "cpu fp32" if mx.default_device() == mx.cpu else str(mx.default_device()))
+    return model, tokenizer, path

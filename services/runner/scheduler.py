@@ -1,0 +1,64 @@
+"""Rank 0's scheduling decisions (pure): admit, queue or refuse a request; whether a prompt
+fits the context; which waiting requests join the batch at the next step.
+
+Requests beyond `max_batch` wait in a bounded FIFO behind the batch; when both are full a new
+request is refused at once with a retryable `busy` (the API's 503), never left waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Admission(StrEnum):
+    BATCH = "batch"  # joins the running batch at the next step
+    QUEUE = "queue"  # waits behind the batch
+    BUSY = "busy"  # refused: batch and queue are full
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_batch: int  # requests in the running batch at once (`runner.max_batch`)
+    queue_max: int  # requests waiting behind it (`runner.queue_max`)
+
+
+def admit(pending: int, limits: Limits) -> Admission:
+    """Where a new request goes, given how many the runner holds now (in the batch or waiting;
+    first come, first served)."""
+    if pending < limits.max_batch:
+        return Admission.BATCH
+    if pending < limits.max_batch + limits.queue_max:
+        return Admission.QUEUE
+    return Admission.BUSY
+
+
+def joining(in_batch: int, waiting: int, limits: Limits) -> int:
+    """How many waiting requests join the batch at this step (FIFO)."""
+    return max(0, min(waiting, limits.max_batch - in_batch))
+
+
+def context_limit(instance_limit: int, model_limit: int) -> int:
+    """The usable context in tokens: the smaller of the instance's (memory) and the model's
+    own; 0 where neither is known."""
+    known = [x for x in (instance_limit, model_limit) if x > 0]
+    return min(known) if known else 0
+
+
+def exceeds_by_size(prompt_bytes: int, max_token_bytes: int, max_tokens: int, limit: int) -> bool:
+    """True when the prompt cannot fit even before tokenizing it: no token covers more than
+    `max_token_bytes` bytes, so the prompt has at least `prompt_bytes / max_token_bytes`
+    tokens. A 3,000,000-character message is refused without spending seconds in the tokenizer."""
+    return limit > 0 and prompt_bytes // max(1, max_token_bytes) + max_tokens > limit
+
+
+def exceeds(prompt_tokens: int, max_tokens: int, limit: int) -> bool:
+    return limit > 0 and prompt_tokens + max_tokens > limit
+
+
+def context_message(prompt_tokens: int | None, max_tokens: int, limit: int) -> str:
+    """Upstream's 400 wording (the API maps the reason, not these words)."""
+    size = f"at least {limit - max_tokens + 1}" if prompt_tokens is None else str(prompt_tokens)
+    return (f"context_length_exceeded: the prompt ({size} tokens) plus max_tokens ({max_tokens}) "
+            f"cannot fit within this model's usable context limit of {limit} tokens; shorten the "
+            "prompt or lower max_tokens")
