@@ -38,6 +38,7 @@ class Generate(Message):
     task_id: str
     params: TaskParams
     context_limit: int = 0  # the instance's usable context in tokens (prompt + output); 0: the model's
+    default_max_tokens: bool = False  # the client gave no max_tokens: fit it to the context, never refuse
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

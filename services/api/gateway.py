@@ -137,11 +137,13 @@ class Gateway:
             pass
 
     def stream(self, endpoint: str, request_id: str, task_id: str, instance_id: str,
-               runner_id: str, params: TaskParams, context_limit: int = 0) -> Iterator[Message | KeepAlive]:
+               runner_id: str, params: TaskParams, context_limit: int = 0,
+               default_max_tokens: bool = False) -> Iterator[Message | KeepAlive]:
         """Started / Progress / TokenChunk ... then exactly one Done or Failed (or KeepAlive)."""
         sock, monitor = self._dealer(endpoint)
         _link_dropped(monitor)  # an earlier incarnation's drop says nothing about this request
-        send(sock, Generate(request_id=request_id, task_id=task_id, params=params, context_limit=context_limit))
+        send(sock, Generate(request_id=request_id, task_id=task_id, params=params, context_limit=context_limit,
+                            default_max_tokens=default_max_tokens))
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)

@@ -62,7 +62,8 @@ class Batcher:
         params = msg.params
         limit = scheduler.context_limit(msg.context_limit, self.engine.model_context)
         size = sum(len(m.content.encode()) for m in params.messages)
-        if scheduler.exceeds_by_size(size, self.engine.max_token_bytes, params.max_tokens, limit):
+        if scheduler.exceeds_by_size(size, self.engine.max_token_bytes,
+                                     1 if msg.default_max_tokens else params.max_tokens, limit):
             return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
                           scheduler.context_message(None, params.max_tokens, limit))
         where = scheduler.admit(self.pending, self.limits)
@@ -75,6 +76,8 @@ class Batcher:
             return refuse(FailReason.BAD_REQUEST, f"the prompt could not be built: {type(exc).__name__}: {exc}")
         if not prompt:
             return refuse(FailReason.BAD_REQUEST, "the prompt is empty after the chat template")
+        if msg.default_max_tokens and limit > 0:  # the default output budget: what fits after the prompt
+            params = replace(params, max_tokens=max(1, min(params.max_tokens, limit - len(prompt))))
         if scheduler.exceeds(len(prompt), params.max_tokens, limit):
             return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
                           scheduler.context_message(len(prompt), params.max_tokens, limit))

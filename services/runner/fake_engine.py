@@ -29,6 +29,8 @@ class _FakeDetok:
         self.last_segment = ""
 
     def add_token(self, token: int) -> None:
+        if token < 0:
+            raise ValueError(f"token {token} is not in the vocabulary")
         self.last_segment = chr(ord("a") + token % 26)
 
     def finalize(self) -> None:
@@ -39,7 +41,7 @@ class _FakeDetok:
 class FakeEngine:
     prefill_chunk: int = 4
     eos_after: int = 0  # emit EOS (token 2) as the n-th token when > 0
-    fail_on_uid: int = -1  # step() raises while this uid is in the batch
+    poison_uid: int = -1  # this uid's tokens cannot be detokenized (a per-request failure)
     path: str = "fake"
     model_context: int = 64
     max_token_bytes: int = 4
@@ -77,8 +79,6 @@ class FakeEngine:
             self.log.append(f"remove {uid}")
 
     def step(self) -> StepOutput:
-        if self.fail_on_uid in self.rows:
-            raise RuntimeError(f"fake failure with uid {self.fail_on_uid} in the batch")
         prompts, tokens = [], []
         for uid, row in list(self.rows.items()):
             total = len(row.ins.prompt)
@@ -89,7 +89,7 @@ class FakeEngine:
             row.produced += 1
             row.last = 2 if self.eos_after and row.produced == self.eos_after else (row.last * 7 + uid) % 97 + 3
             finish = "stop" if row.last == 2 else "length" if row.produced >= row.ins.max_tokens else None
-            tokens.append(TokenOut(uid, row.last, None, finish))
+            tokens.append(TokenOut(uid, -1 if uid == self.poison_uid else row.last, None, finish))
             if finish is not None:
                 del self.rows[uid]
                 self.cache.append(tuple(row.ins.prompt))

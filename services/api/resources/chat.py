@@ -41,6 +41,7 @@ class ChatResource:
         limits = [i.context_token_limit for i in state.instances.values() if i.model_id == params.model]
         if not limits:
             raise http_error(404, NO_INSTANCE.format(model=params.model))
+        default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
         try:
             params = check_context(params, max(limits))
         except ApiError as exc:
@@ -50,7 +51,7 @@ class ChatResource:
                                                       params=params))
         assert isinstance(routed, Routed)
         created = int(time.time())
-        messages = self._admitted(routed, params, state.instances.get(routed.instance_id))
+        messages = self._admitted(routed, params, state.instances.get(routed.instance_id), default_budget)
         if params.stream:
             resp.content_type = "text/event-stream"
             resp.set_headers({"Cache-Control": "no-cache", "Connection": "close",
@@ -59,11 +60,13 @@ class ChatResource:
             return
         self._complete(resp, routed, params, created, messages)
 
-    def _admitted(self, routed: Routed, params: TaskParams, inst: Instance | None) -> Iterator[object]:
+    def _admitted(self, routed: Routed, params: TaskParams, inst: Instance | None,
+                  default_budget: bool) -> Iterator[object]:
         """The runner's stream, once it has admitted the request: a refusal (busy, context too
         long) comes back at once and is this response's status (503, 400), streaming or not."""
         stream = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
-                                     routed.runner_id, params, inst.context_token_limit if inst else 0)
+                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
+                                     default_budget)
         first = next(stream)
         if isinstance(first, Failed):
             self._finish(routed, ok=False, cancelled=False, error=first.error)

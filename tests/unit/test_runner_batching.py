@@ -1,0 +1,192 @@
+"""The runner's batch loop driven with the fake engine (no MLX): admission, back-pressure,
+cancel, stop strings, per-request failures, and the lock-step steps followers apply."""
+
+from __future__ import annotations
+
+import pytest
+
+from skulk.services.runner import scheduler
+from skulk.services.runner.batcher import Batcher, OutOfStep, follow
+from skulk.services.runner.fake_engine import FakeEngine
+from skulk.services.runner.scheduler import Admission, Limits
+from skulk.wire.inference import Done, FailReason, Failed, Generate, Progress, RankStep, Started, TokenChunk
+from skulk.wire.state import ChatMessage, TaskParams
+
+
+def gen(rid: str, text: str = "hello", max_tokens: int = 5, stop: tuple[str, ...] = (),
+        context_limit: int = 0, temperature: float | None = None) -> Generate:
+    return Generate(request_id=rid, task_id="t" + rid, context_limit=context_limit, params=TaskParams(
+        model="m", messages=(ChatMessage(role="user", content=text),), max_tokens=max_tokens, stop=stop,
+        temperature=temperature))
+
+
+def env(rid: str) -> list[bytes]:
+    return [rid.encode()]
+
+
+def run(b: Batcher, followers: list[FakeEngine] = (), limit: int = 200) -> dict[str, list[object]]:
+    """Step until idle; every message per request, and each follower applies every step."""
+    got: dict[str, list[object]] = {}
+    for _ in range(limit):
+        plan = b.plan()
+        if plan is None:
+            return got
+        step = b.admit_plan(plan, 0.0)
+        for i, f in enumerate(followers):
+            follow(f, step, step.seq)
+        for envelope, msg in b.run_step(lambda: 1.0):
+            got.setdefault(envelope[0].decode(), []).append(msg)
+    raise AssertionError("the batch never went idle")
+
+
+def tokens(msgs: list[object]) -> list[int]:
+    return [m.token for m in msgs if isinstance(m, TokenChunk)]
+
+
+def test_admission_is_batch_then_queue_then_busy():
+    limits = Limits(max_batch=2, queue_max=1)
+    assert [scheduler.admit(n, limits) for n in range(4)] == [Admission.BATCH, Admission.BATCH,
+                                                               Admission.QUEUE, Admission.BUSY]
+    assert scheduler.joining(in_batch=1, waiting=5, limits=limits) == 1
+    assert scheduler.joining(in_batch=2, waiting=5, limits=limits) == 0
+
+
+def test_context_checks_count_tokens_and_refuse_huge_prompts_before_tokenizing():
+    assert scheduler.context_limit(0, 2048) == 2048 and scheduler.context_limit(1000, 2048) == 1000
+    assert scheduler.context_limit(0, 0) == 0
+    assert scheduler.exceeds(prompt_tokens=2000, max_tokens=49, limit=2048)
+    assert not scheduler.exceeds(prompt_tokens=1999, max_tokens=49, limit=2048)
+    assert scheduler.exceeds_by_size(prompt_bytes=3_000_000, max_token_bytes=16, max_tokens=5, limit=2048)
+    assert not scheduler.exceeds_by_size(prompt_bytes=2000, max_token_bytes=16, max_tokens=5, limit=2048)
+    assert not scheduler.exceeds_by_size(prompt_bytes=10**9, max_token_bytes=16, max_tokens=5, limit=0)
+
+
+def test_requests_join_a_running_batch_and_each_gets_its_own_tokens():
+    engine = FakeEngine()
+    b = Batcher(engine, Limits(max_batch=8, queue_max=0))
+    out = b.on_generate(env("a"), gen("a", max_tokens=6), 0.0)
+    assert isinstance(out[0][1], Started) and out[0][1].queued == 0
+    got: dict[str, list[object]] = {}
+    for _ in range(3):  # "a" is prefilling / decoding when "b" arrives
+        plan = b.plan()
+        b.admit_plan(plan, 0.0)
+        for e, m in b.run_step(lambda: 1.0):
+            got.setdefault(e[0].decode(), []).append(m)
+    b.on_generate(env("b"), gen("b", "other words", max_tokens=4), 0.0)
+    for k, v in run(b).items():
+        got.setdefault(k, []).extend(v)
+    alone = Batcher(FakeEngine(), Limits(max_batch=8, queue_max=0))
+    alone.on_generate(env("a"), gen("a", max_tokens=6), 0.0)
+    assert tokens(got["a"]) == tokens(run(alone)["a"])
+    for rid, n in (("a", 6), ("b", 4)):
+        done = got[rid][-1]
+        assert isinstance(done, Done) and done.completion_tokens == n and done.finish_reason == "length"
+        assert [m.seq for m in got[rid] if isinstance(m, TokenChunk)] == list(range(n))
+    assert any(isinstance(m, Progress) and m.phase == "prefill" for m in got["b"])
+    assert b.pending == 0 and engine.active() == 0
+
+
+def test_a_full_batch_and_queue_refuse_at_once_with_busy():
+    b = Batcher(FakeEngine(), Limits(max_batch=2, queue_max=1))
+    answers = [b.on_generate(env(r), gen(r), 0.0)[0][1] for r in "abcd"]
+    assert [type(a).__name__ for a in answers] == ["Started", "Started", "Started", "Failed"]
+    assert answers[2].queued == 1
+    assert answers[3].reason == FailReason.BUSY and answers[3].retryable
+    assert len(b.keep_alive()) == 3  # the three admitted wait until the first step
+    b.admit_plan(b.plan(), 0.0)
+    assert [m.request_id for _, m in b.keep_alive()] == ["c"]  # only the queued one
+
+
+def test_a_cancel_leaves_the_others_tokens_unchanged():
+    def batch(cancel: bool) -> dict[str, list[object]]:
+        b = Batcher(FakeEngine(), Limits(max_batch=4, queue_max=0))
+        for r in "abc":
+            b.on_generate(env(r), gen(r, "prompt " + r, max_tokens=8), 0.0)
+        got: dict[str, list[object]] = {}
+        for i in range(6):
+            if cancel and i == 4:
+                assert b.cancel("b")
+            plan = b.plan()
+            b.admit_plan(plan, 0.0)
+            if cancel and i == 4:
+                assert plan.step.removes == (1,)  # the row leaves at the very next step
+            for e, m in b.run_step(lambda: 1.0):
+                got.setdefault(e[0].decode(), []).append(m)
+        for k, v in run(b).items():
+            got.setdefault(k, []).extend(v)
+        return got
+
+    full, cut = batch(False), batch(True)
+    assert tokens(cut["a"]) == tokens(full["a"]) and tokens(cut["c"]) == tokens(full["c"])
+    assert not any(isinstance(m, Done) for m in cut["b"])
+    assert not Batcher(FakeEngine(), Limits(1, 1)).cancel("nobody")
+
+
+def test_a_stop_string_ends_the_request_and_removes_its_row():
+    engine = FakeEngine()
+    probe = Batcher(FakeEngine(), Limits(4, 0))
+    probe.on_generate(env("a"), gen("a", max_tokens=50), 0.0)
+    text = "".join(m.text for m in run(probe)["a"] if isinstance(m, TokenChunk))
+    stop = text[10:12]
+    b = Batcher(engine, Limits(max_batch=4, queue_max=0))
+    b.on_generate(env("s"), gen("s", max_tokens=50, stop=(stop,)), 0.0)
+    got = run(b)["s"]
+    done = got[-1]
+    assert isinstance(done, Done) and done.finish_reason == "stop"
+    assert "".join(m.text for m in got if isinstance(m, TokenChunk)) == text[:text.index(stop)]
+    assert engine.active() == 0 and any(line.startswith("remove") for line in engine.log)
+
+
+def test_an_error_in_one_request_fails_only_that_request():
+    engine = FakeEngine(poison_uid=1)
+    b = Batcher(engine, Limits(max_batch=4, queue_max=0))
+    for r in "abc":
+        b.on_generate(env(r), gen(r, max_tokens=5), 0.0)
+    got = run(b)
+    assert isinstance(got["b"][-1], Failed) and got["b"][-1].reason == FailReason.ENGINE_ERROR
+    assert isinstance(got["a"][-1], Done) and isinstance(got["c"][-1], Done)
+
+
+def test_an_oversized_prompt_is_refused_with_the_context_reason():
+    b = Batcher(FakeEngine(), Limits(max_batch=4, queue_max=4))
+    huge = b.on_generate(env("h"), gen("h", "x" * 3_000_000), 0.0)[0][1]
+    near = b.on_generate(env("n"), gen("n", "x" * 60, max_tokens=5), 0.0)[0][1]  # 60 + 5 > 64
+    fits = b.on_generate(env("f"), gen("f", "x" * 50, max_tokens=5), 0.0)[0][1]
+    assert huge.reason == near.reason == FailReason.CONTEXT_LENGTH_EXCEEDED and not huge.retryable
+    assert huge.error.startswith("context_length_exceeded:")
+    assert isinstance(fits, Started) and fits.prompt_tokens == 50
+
+
+def test_followers_apply_the_same_steps_and_stay_alike():
+    leader, follower = FakeEngine(), FakeEngine()
+    b = Batcher(leader, Limits(max_batch=2, queue_max=8))
+    for r in "abcde":
+        b.on_generate(env(r), gen(r, "shared prefix " + r, max_tokens=3), 0.0)
+    run(b, followers=[follower])
+    b.on_generate(env("f"), gen("f", "shared prefix a", max_tokens=3), 0.0)  # a prefix-cache hit
+    run(b, followers=[follower])
+    assert follower.log == leader.log and follower.cache == leader.cache
+    assert follower.uid_count == leader.uid_count == 6
+
+
+def test_a_follower_out_of_step_fails_loudly():
+    follower = FakeEngine()
+    with pytest.raises(OutOfStep):
+        follow(follower, RankStep(seq=2, cache_entries=0), expected_seq=1)
+    b = Batcher(FakeEngine(cache=[tuple(range(3, 40))]), Limits(2, 2))  # the leader has a cache entry
+    b.on_generate(env("a"), gen("a", max_tokens=2), 0.0)
+    step = b.admit_plan(b.plan(), 0.0)
+    with pytest.raises(OutOfStep):  # the follower's cache does not hold it
+        follow(follower, RankStep(seq=1, cache_entries=5, inserts=tuple(
+            i.__class__(**{**{f: getattr(i, f) for f in i.__slots__}, "cached": 7}) for i in step.inserts)),
+            expected_seq=1)
+
+
+def test_sampled_requests_get_a_seed_from_rank_0_and_keep_a_given_one():
+    b = Batcher(FakeEngine(), Limits(4, 0), draw_seed=lambda: 1234)
+    b.on_generate(env("a"), gen("a", temperature=0.7), 0.0)
+    seeded = gen("b", temperature=0.7)
+    from dataclasses import replace
+    b.on_generate(env("b"), replace(seeded, params=replace(seeded.params, seed=7)), 0.0)
+    step = b.admit_plan(b.plan(), 0.0)
+    assert [(i.seed, i.temperature) for i in step.inserts] == [(1234, 0.7), (7, 0.7)]
