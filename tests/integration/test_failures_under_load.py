@@ -50,12 +50,15 @@ def producing(clients: StreamLoad, node) -> None:
 
 
 def running_runners(node) -> dict[str, str]:
-    """runner id -> instance id, for runners that are generating right now."""
+    """runner id -> instance id, for runners with requests in hand right now (an open task on
+    their instance: busy and idle are load, not runner states)."""
     state = http_json(f"{node.url}/state")[1]
+    busy = {t["TextGeneration"]["instanceId"] for t in state["tasks"].values()
+            if t["TextGeneration"]["taskStatus"] in ("Pending", "Running")}
     out = {}
     for iid, inst in state["instances"].items():
         for rid in next(iter(inst.values()))["shardAssignments"]["runnerToShard"]:
-            if "RunnerRunning" in state["runners"].get(rid, {}):
+            if iid in busy:
                 out[rid] = iid
     return out
 
@@ -255,12 +258,12 @@ def test_a_crashed_rank_stops_its_sibling_and_the_sharded_instance_is_recreated(
     by_rank = wait_until(a, lambda: ready(iid), 60, "Pipeline x2 ready")
     victim_node = next(n for n in (a, b) if by_rank[1] in n.status())
     sibling_node = next(n for n in (a, b) if by_rank[0] in n.status())
-    clients = load(a, streams=3, max_tokens=1000)
+    clients = load(a, streams=6, max_tokens=1000)  # one batch of 6 on the instance
     producing(clients, a)
     fault_at = time.monotonic()
     os.kill(victim_node.status()[by_rank[1]].pid, signal.SIGKILL)
     outcomes = clients.join(30)
-    check_outcomes(outcomes, fault_at, "rank 1 of a Pipeline x2 instance SIGKILLed, 3 clients")
+    check_outcomes(outcomes, fault_at, "rank 1 of a Pipeline x2 instance SIGKILLed, a batch of 6 clients")
     again = wait_until(a, lambda: next((i for i in (state_of(a) or {"instances": {}})["instances"]
                                         if i != iid and ready(i)), None), 60, "re-created")
     print(f"re-created as {again} across both nodes, ready {time.monotonic() - fault_at:.2f}s after the kill")

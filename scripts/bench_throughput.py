@@ -1,0 +1,407 @@
+"""Benchmark: concurrent streaming throughput and TTFT, Skulk vs mlx_lm.server, same run.
+
+    python -m skulk.scripts.bench_throughput [--sizes 100m] [--model-dir DIR ...]
+        [--concurrency 1,2,4,8,16] [--tokens 128] [--repeats 1] [--prompt-tokens 128]
+        [--skulk-config skulk.yaml] [--no-baseline] [--no-skulk]
+
+Builds the demo models named by --sizes (`tiny`, `100m`; default 100m) unless --model-dir names
+MLX model directories (`<org>--<name>`). For each model it starts `mlx_lm.server` (the baseline,
+with the runner's OpenBLAS preload; it runs the model in its stored dtype, fp32 for the demo
+models) and a real Skulk node placing the same directory. For each concurrency C, C client
+threads each send one streaming greedy chat completion of --tokens tokens with its own distinct
+prompt of about --prompt-tokens tokens (seeded random words: no prefix-cache hits on either
+server). Per client: TTFT (request sent to first non-empty `delta.content`) and content chunks;
+per level: aggregate tok/s = all content chunks / (last client end - first client start).
+Levels alternate between the servers (baseline C, Skulk C, baseline next C ...) so machine
+drift hits both; if either server uses CPU while idle, they run one after the other instead
+(each alone) and the output says so. Medians over --repeats. It also times single-stream
+in-process `mlx_lm.stream_generate` (fresh process, OpenBLAS, fp32) against Skulk's C=1 decode
+rate (client-side, first to last content chunk). It prints figures and targets; it asserts none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from skulk.scripts.ports import free_port
+
+WORDS = ("time data model river stone light cloud green quick paper music table window garden "
+         "number simple better complex flat nested sparse dense read count special rules break "
+         "practical purity errors pass silently explicit implicit beautiful ugly obvious way "
+         "namespace idea honking great now never often right hard easy explain good bad face "
+         "ambiguity temptation guess should one only first unless dutch although").split()
+SERVER_CODE = ("from skulk.services.runner.blas import preload_blas; preload_blas(); import sys; "
+               "sys.argv=['mlx_lm.server']+sys.argv[1:]; from mlx_lm.server import main; main()")
+STREAM_GENERATE = r"""
+import json, sys, time
+from skulk.services.runner.blas import preload_blas
+preload_blas()
+import mlx.core as mx
+from mlx_lm import load, stream_generate
+from mlx_lm.sample_utils import make_sampler
+model_dir, n, runs, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+model, tok = load(model_dir)
+model.set_dtype(mx.float32)
+ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+rates = []
+for _ in range(runs + 1):  # the first run warms up
+    stamps = [time.perf_counter() for _ in stream_generate(model, tok, ids, max_tokens=n,
+                                                           sampler=make_sampler(temp=0.0))]
+    rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
+print(json.dumps(rates[1:]))
+"""
+READ_TIMEOUT_S = 600.0
+IDLE_CPU_LIMIT = 5.0  # percent of one core an idle server may use and still run alongside
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+@dataclass
+class Client:
+    start: float = 0.0
+    end: float = 0.0
+    first: float | None = None  # first non-empty content
+    last: float | None = None
+    chunks: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Level:
+    agg: float  # aggregate tok/s
+    p50: float  # TTFT, seconds
+    p90: float
+    decode: float  # mean per-client decode tok/s, first to last content chunk
+    errors: int
+    chunks: float = 0.0  # mean content chunks per client
+
+
+def quantile(values: list[float], q: float) -> float:
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def make_prompt(rng: random.Random, count: Callable[[str], int], n_tokens: int) -> str:
+    words: list[str] = []
+    while count(" ".join(words)) < n_tokens:
+        words.append(rng.choice(WORDS))
+    return " ".join(words)
+
+
+def stream_chat(port: int, model: str, prompt: str, max_tokens: int, go: threading.Barrier | None,
+                out: Client) -> None:
+    """One streaming completion; fills `out` (times from time.perf_counter)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=READ_TIMEOUT_S)
+    body = json.dumps({"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "messages": [{"role": "user", "content": prompt}]})
+    try:
+        if go is not None:
+            go.wait()
+        out.start = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            out.error = f"HTTP {resp.status}: {resp.read()[:200]!r}"
+            return
+        for raw in resp:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # blank lines and `:` comments
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                break
+            obj = json.loads(payload)
+            if "error" in obj:
+                out.error = str(obj["error"])[:200]
+                continue
+            choices = obj.get("choices") or [{}]
+            if (choices[0].get("delta") or {}).get("content"):
+                out.last = time.perf_counter()
+                out.first = out.first or out.last
+                out.chunks += 1
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        out.error = f"client: {exc!r}"
+    finally:
+        out.end = time.perf_counter()
+        conn.close()
+
+
+def run_level(port: int, model: str, prompts: list[str], max_tokens: int) -> Level:
+    """All clients at once, one request each."""
+    clients = [Client() for _ in prompts]
+    go = threading.Barrier(len(prompts))
+    threads = [threading.Thread(target=stream_chat, args=(port, model, p, max_tokens, go, c), daemon=True)
+               for p, c in zip(prompts, clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(READ_TIMEOUT_S + 60)
+    ok = [c for c in clients if c.error is None and c.first is not None]
+    span = max(c.end for c in clients) - min(c.start for c in clients)
+    ttft = [c.first - c.start for c in ok if c.first is not None]
+    decode = [(c.chunks - 1) / (c.last - c.first) for c in ok
+              if c.chunks > 1 and c.last is not None and c.first is not None]
+    for c in clients:
+        if c.error:
+            print(f"    client error: {c.error}", file=sys.stderr)
+    return Level(agg=sum(c.chunks for c in ok) / span, p50=quantile(ttft, 0.5), p90=quantile(ttft, 0.9),
+                 decode=statistics.mean(decode) if decode else float("nan"),
+                 errors=len(clients) - len(ok), chunks=statistics.mean(c.chunks for c in clients))
+
+
+class Server:
+    """A server process in its own session (killed by process group), with its log in a file."""
+
+    def __init__(self, name: str, argv: list[str], port: int, model: str, log: Path,
+                 ready: Callable[[Server], None]) -> None:
+        self.name, self.argv, self.port, self.model, self.log = name, argv, port, model, log
+        self._ready = ready
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, warm_prompt: str, tokens: int) -> None:
+        with self.log.open("ab") as f:
+            self.proc = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, env=ENV,
+                                         start_new_session=True)
+        self._ready(self)
+        warm = Client()
+        stream_chat(self.port, self.model, warm_prompt, tokens, None, warm)
+        if warm.error or not warm.chunks:
+            raise RuntimeError(f"{self.name} warm-up failed: {warm.error or 'no content'}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+        self.proc = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_http(server: Server, deadline_s: float = 300.0) -> None:
+    """Poll GET /v1/models until it answers (the model itself loads on the first request)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert server.proc is not None
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"{server.name} exited with {server.proc.returncode}")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        try:
+            conn.request("GET", "/v1/models")
+            if conn.getresponse().status == 200:
+                return
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
+        time.sleep(0.2)
+    raise TimeoutError(f"{server.name} did not answer within {deadline_s:.0f}s")
+
+
+def baseline_server(model_dir: Path, log: Path) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-c", SERVER_CODE, "--model", str(model_dir), "--host", "127.0.0.1",
+            "--port", str(port), "--max-tokens", "100000", "--log-level", "WARNING"]
+    return Server("mlx_lm.server", argv, port, "default_model", log, wait_http)
+
+
+def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None) -> Server:
+    (home / "models").mkdir(parents=True)
+    (home / "models" / model_dir.name).symlink_to(model_dir)
+    if config is not None:
+        shutil.copy(config, home / "skulk.yaml")
+    port = free_port()
+    argv = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(home), "--api-port", str(port),
+            "--cluster-port", str(free_port(pair=True)), "--listen", "127.0.0.1", "--place", model]
+
+    def ready(s: Server) -> None:
+        cli = [sys.executable, "-m", "skulk.scripts.cli"]
+        subprocess.run([*cli, "admin", "wait", "--home", str(home), "--wait", "60"], check=True,
+                       stdout=subprocess.DEVNULL, env=ENV)
+        subprocess.run([*cli, "model", "wait", model, "--url", f"http://127.0.0.1:{port}", "--timeout",
+                        "600"], check=True, stdout=subprocess.DEVNULL, env=ENV)
+
+    return Server("Skulk", argv, port, model, home / "node.log", ready)
+
+
+def idle_cpu(server: Server, seconds: float = 3.0) -> float:
+    """CPU percent of one core used by the server's process tree while nobody sends requests."""
+    assert server.proc is not None
+    root = psutil.Process(server.proc.pid)
+
+    def total() -> float:
+        t = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                c = p.cpu_times()
+                t += c.user + c.system
+            except psutil.NoSuchProcess:
+                pass
+        return t
+
+    before = total()
+    time.sleep(seconds)
+    return 100.0 * (total() - before) / seconds
+
+
+def stream_generate_rates(model_dir: Path, tokens: int, runs: int, prompt: str) -> list[float]:
+    out = subprocess.run([sys.executable, "-c", STREAM_GENERATE, str(model_dir), str(tokens), str(runs),
+                          prompt], check=True, capture_output=True, text=True, env=ENV)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fmt(v: float | None, spec: str, width: int) -> str:
+    return "n/a".rjust(width) if v is None or v != v else format(v, spec).rjust(width)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def median_level(levels: list[Level]) -> Level:
+    return Level(*(statistics.median(getattr(x, k) for x in levels) for k in ("agg", "p50", "p90", "decode")),
+                 errors=sum(x.errors for x in levels))
+
+
+def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: str,
+                 res: dict[str, dict[int, Level]], sg: float | None) -> None:
+    base, sk = res.get("mlx_lm.server", {}), res.get("Skulk", {})
+
+    def val(side: dict[int, Level], c: int, key: str) -> float | None:
+        return getattr(side[c], key) if c in side else None
+
+    print(f"\nmodel {model}: {ns.tokens} tokens/client, ~{ns.prompt_tokens}-token distinct prompts, "
+          f"greedy, {ns.repeats} repeat(s), median; {mode}")
+    print(f"  {'C':>3} | {'mlx_lm.server tok/s':>19} {'TTFT p50':>9} {'p90':>7} | {'Skulk tok/s':>11} "
+          f"{'TTFT p50':>9} {'p90':>7} | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors")
+    for c in levels:
+        cells = [fmt(val(side, c, "agg"), ".1f", w) + " " + fmt(val(side, c, "p50"), ".3f", 8) + "s "
+                 + fmt(val(side, c, "p90"), ".3f", 6) + "s" for side, w in ((base, 19), (sk, 11))]
+        errs = sum(side[c].errors for side in (base, sk) if c in side)
+        print(f"  {c:>3} | {cells[0]} | {cells[1]} | {fmt(ratio(val(sk, c, 'agg'), val(base, c, 'agg')), '.3f', 11)}"
+              f" {fmt(ratio(val(sk, c, 'p50'), val(base, c, 'p50')), '.3f', 10)} | {errs}")
+    agg8, ttft8 = ratio(val(sk, 8, "agg"), val(base, 8, "agg")), ratio(val(sk, 8, "p50"), val(base, 8, "p50"))
+    single = ratio(val(sk, 1, "decode"), sg)
+    print(f"  single stream: in-process stream_generate {fmt(sg, '.1f', 7)} tok/s, Skulk C=1 decode "
+          f"{fmt(val(sk, 1, 'decode'), '.1f', 7)} tok/s, ratio {fmt(single, '.3f', 5)}")
+    targets = [("aggregate at 8 >= 1.2x mlx_lm.server", None if agg8 is None else agg8 >= 1.2),
+               ("TTFT p50 at 8 <= mlx_lm.server's", None if ttft8 is None else ttft8 <= 1.0),
+               ("single-stream decode >= 0.95x stream_generate", None if single is None else single >= 0.95)]
+    for name, ok in targets:
+        print(f"  target {name:<48} {'n/a' if ok is None else 'PASS' if ok else 'MISS'}")
+
+
+def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: list[int]) -> None:
+    from transformers import AutoTokenizer
+
+    org, _, name = model_dir.name.partition("--")
+    model = f"{org}/{name}"
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    count: Callable[[str], int] = lambda text: len(tok.encode(text, add_special_tokens=False))
+    rng = random.Random(f"{model}:{ns.prompt_tokens}")
+    prompts = {(c, r): [make_prompt(rng, count, ns.prompt_tokens) for _ in range(c)]
+               for c in levels for r in range(ns.repeats)}
+    warm = {n: make_prompt(rng, count, ns.prompt_tokens) for n in ("mlx_lm.server", "Skulk")}
+    servers: list[Server] = []
+    if not ns.no_baseline:
+        servers.append(baseline_server(model_dir, root / f"baseline-{model_dir.name}.log"))
+    if not ns.no_skulk:
+        servers.append(skulk_server(root / f"node-{model_dir.name}", model_dir, model, ns.skulk_config))
+    runs: dict[str, dict[int, list[Level]]] = {s.name: {c: [] for c in levels} for s in servers}
+
+    def measure(s: Server, c: int, r: int) -> None:
+        lv = run_level(s.port, s.model, prompts[(c, r)], ns.tokens)
+        runs[s.name][c].append(lv)
+        print(f"  {s.name:<13} C={c:<3} run {r + 1}: {lv.agg:8.1f} tok/s  TTFT p50 {lv.p50:.3f}s "
+              f"p90 {lv.p90:.3f}s  {lv.chunks:.0f} chunks/client  errors {lv.errors}", flush=True)
+
+    sg = None
+    try:
+        for s in servers:
+            print(f"{model}: starting {s.name} on port {s.port}", flush=True)
+            s.start(warm[s.name], ns.tokens)
+        if not ns.no_skulk and 1 in levels:
+            sg = statistics.median(stream_generate_rates(model_dir, ns.tokens, ns.repeats, prompts[(1, 0)][0]))
+        idle = {s.name: idle_cpu(s) for s in servers}
+        print("  idle CPU (% of one core): " + ", ".join(f"{k} {v:.1f}" for k, v in idle.items()))
+        alone = len(servers) == 2 and max(idle.values()) > IDLE_CPU_LIMIT
+        mode = (f"servers run one after the other, each alone (an idle one used > {IDLE_CPU_LIMIT:.0f}% CPU)"
+                if alone else "servers alternate per level, both running (idle ones use ~0% CPU)")
+        if alone:
+            servers[1].stop()
+        for group in ([servers[:1], servers[1:]] if alone else [servers]):
+            for s in group:
+                if s.proc is None:
+                    s.start(warm[s.name], ns.tokens)
+            for c in levels:
+                for r in range(ns.repeats):
+                    for s in group:
+                        measure(s, c, r)
+            if alone:
+                group[0].stop()
+    except Exception:
+        for s in servers:
+            print(f"--- last lines of {s.name}'s log ({s.log}) ---\n{s.log_tail()}", file=sys.stderr)
+        raise
+    finally:
+        for s in servers:
+            s.stop()
+    res = {name: {c: median_level(lv) for c, lv in by_c.items() if lv} for name, by_c in runs.items()}
+    print_report(model, ns, levels, mode, res, sg)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="100m", help="demo models to build: tiny, 100m (comma-separated)")
+    p.add_argument("--model-dir", type=Path, action="append", default=[], help="MLX model dir (repeatable)")
+    p.add_argument("--concurrency", default="1,2,4,8,16")
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--skulk-config", type=Path, help="skulk.yaml copied into the node's home")
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--no-skulk", action="store_true")
+    ns = p.parse_args()
+    levels = [int(c) for c in ns.concurrency.split(",") if c.strip()]
+    root = Path(tempfile.mkdtemp(prefix="skulk-bench-tp-"))
+    try:
+        if ns.model_dir:
+            dirs = [d.resolve() for d in ns.model_dir]
+        else:
+            from skulk.scripts.demo_model import build
+
+            dirs = [build(root / "models", size=s.strip()) for s in ns.sizes.split(",") if s.strip()]
+        for d in dirs:
+            bench_model(d, root, ns, levels)
+        return 0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Continuous batching on one real node with the demo model: concurrent requests get the
+tokens they would get alone, cancels and refusals touch nobody else, seeds repeat, the
+prefix cache is used and changes nothing, and a flood gets answers or 503s, never a hang."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+import pytest
+
+from scripts.stream_load import StreamLoad, chat_body, summary
+from tests.integration.batch_clients import all_at_once, body, compare, complete, max_logprob_gap, prompt, tokens_of
+from tests.integration.conftest import DEMO_DIR
+from tests.integration.serving import MODEL, sse_events, wait_model_ready
+
+LOGPROB_TOL = 2e-3
+
+
+@pytest.fixture
+def serving(nodes, demo_model):
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model},
+                 config={"runner": {"max_batch": 8, "queue_max": 16}})
+    wait_model_ready(node)
+    return node
+
+
+def test_eight_concurrent_greedy_requests_match_each_sent_alone(serving):
+    payloads = [body(prompt(i), 24) for i in range(8)]
+    alone = []
+    for p in payloads:
+        status, reply = complete(serving.url, p)
+        assert status == 200, reply
+        alone.append(tokens_of(reply))
+    t0 = time.monotonic()
+    together = all_at_once(serving.url, payloads)
+    print(f"8 concurrent requests: {time.monotonic() - t0:.2f}s")
+    gaps = []
+    for i, (status, reply) in enumerate(together):
+        assert status == 200, reply
+        got = tokens_of(reply)
+        assert compare(alone[i], got, LOGPROB_TOL) == "", (i, compare(alone[i], got, LOGPROB_TOL))
+        gaps.append(max_logprob_gap(alone[i], got))
+    print(f"tokens identical; largest logprob difference batched vs alone: {max(gaps):.2e}")
+
+
+def test_a_cancelled_request_leaves_the_others_tokens_unchanged(serving):
+    payloads = [body(prompt(10 + i), 32) for i in range(3)]
+    alone = [tokens_of(complete(serving.url, p)[1]) for p in payloads]
+    results: list = [None] * 3
+
+    def run(i: int) -> None:
+        results[i] = complete(serving.url, payloads[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(chat_body(MODEL, prompt(99), 1500)),
+                 {"Content-Type": "application/json"})
+    seen = 0
+    for kind, payload in sse_events(conn.getresponse()):
+        if kind == "data" and isinstance(payload, dict) and payload.get("choices"):
+            seen += 1
+            if seen == 3:
+                break
+    conn.close()  # the client goes away mid-batch: its row leaves the batch
+    for t in threads:
+        t.join(60)
+    for i, (status, reply) in enumerate(results):
+        assert status == 200, reply
+        assert compare(alone[i], tokens_of(reply), LOGPROB_TOL) == ""
+
+
+def test_a_seeded_sampled_request_repeats_exactly(serving):
+    seeded = body(prompt(20), 16, temperature=0.9, seed=42, logprobs=False)
+    first = complete(serving.url, seeded)[1]["choices"][0]["message"]["content"]
+    others = [body(prompt(21 + i), 16, temperature=0.9, logprobs=False) for i in range(3)]
+    replies = all_at_once(serving.url, [seeded, *others])  # this time inside a batch
+    assert replies[0][0] == 200
+    assert replies[0][1]["choices"][0]["message"]["content"] == first
+    other_seed = complete(serving.url, {**seeded, "seed": 43})[1]["choices"][0]["message"]["content"]
+    assert other_seed != first
+
+
+def test_a_repeated_system_prompt_is_reused_and_changes_nothing(serving, nodes, demo_model):
+    system = {"role": "system", "content": " ".join(prompt(i) for i in range(30, 36))}
+
+    def ask(node, question: str) -> dict:
+        status, reply = complete(node.url, {**body("", 16), "messages": [system, {"role": "user", "content": question}]})
+        assert status == 200, reply
+        return reply
+
+    first = ask(serving, "simple is better")
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    warm = ask(serving, "flat is better than nested")  # shares the system prompt only
+    cached, total = warm["usage"]["prompt_tokens_details"]["cached_tokens"], warm["usage"]["prompt_tokens"]
+    print(f"prompt {total} tokens, {cached} reused from the prefix cache")
+    assert 20 < cached < total
+    uncached = nodes("nocache", args=("--place", MODEL), models={DEMO_DIR: demo_model},
+                     config={"runner": {"prefix_cache_mb": 0}})
+    wait_model_ready(uncached)
+    cold = ask(uncached, "flat is better than nested")
+    assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert compare(tokens_of(cold), tokens_of(warm), LOGPROB_TOL) == "", compare(tokens_of(cold), tokens_of(warm), LOGPROB_TOL)
+    print(f"same tokens with and without the cache; largest logprob difference "
+          f"{max_logprob_gap(tokens_of(cold), tokens_of(warm)):.2e}")
+
+
+def test_64_concurrent_clients_get_their_answer_or_a_503_and_none_hangs(serving):
+    bodies = [chat_body(MODEL, prompt(i), 24, stream=i % 2 == 0) for i in range(64)]
+    load = StreamLoad("127.0.0.1", serving.api_port, bodies, read_timeout=60).start()
+    outcomes = load.join(90)
+    print(summary(outcomes))
+    assert not any(o.hung for o in outcomes)
+    answered = [o for o in outcomes if o.status == 200 and o.done and not o.error]
+    refused = [o for o in outcomes if o.status == 503]
+    assert len(answered) + len(refused) == 64, summary(outcomes)
+    assert all("busy" in (o.error or "") for o in refused)
+    assert len(answered) >= 8
+    print(f"64 clients: {len(answered)} answered, {len(refused)} got the 503 to retry")
+
+
+def test_a_prompt_beyond_the_context_is_refused_at_once_while_a_stream_flows(serving):
+    conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(chat_body(MODEL, prompt(40), 600)),
+                 {"Content-Type": "application/json"})
+    events = sse_events(conn.getresponse())
+    before = after = 0
+    refused_in = None
+    for kind, payload in events:
+        if kind != "data" or not isinstance(payload, dict) or not payload.get("choices"):
+            continue
+        if refused_in is None:
+            before += 1
+            if before == 5:
+                t0 = time.monotonic()
+                status, reply = complete(serving.url, body("x" * 3_000_000, 8))
+                refused_in = time.monotonic() - t0
+                assert status == 400, reply
+                assert reply["error"]["message"].startswith("context_length_exceeded:")
+        else:
+            after += 1
+    print(f"3,000,000-character prompt refused in {refused_in:.3f}s; the stream went on for {after} tokens")
+    assert after > 0
