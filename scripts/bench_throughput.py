@@ -22,6 +22,7 @@ rate (client-side, first to last content chunk). It prints figures and targets; 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -186,16 +187,14 @@ class Server:
             raise RuntimeError(f"{self.name} warm-up failed: {warm.error or 'no content'}")
 
     def stop(self) -> None:
+        """SIGTERM the process group, then SIGKILL whatever of it is left (30 s at most)."""
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        except ProcessLookupError:
-            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
         self.proc = None
 
     def log_tail(self, lines: int = 30) -> str:
@@ -297,11 +296,11 @@ def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: st
 
     print(f"\nmodel {model}: {ns.tokens} tokens/client, ~{ns.prompt_tokens}-token distinct prompts, "
           f"greedy, {ns.repeats} repeat(s), median; {mode}")
-    print(f"  {'C':>3} | {'mlx_lm.server tok/s':>19} {'TTFT p50':>9} {'p90':>7} | {'Skulk tok/s':>11} "
-          f"{'TTFT p50':>9} {'p90':>7} | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors")
+    print(f"  {'C':>3} | {'mlx_lm.server tok/s':>19} {'TTFT p50 (s)':>12} {'p90':>7} | {'Skulk tok/s':>11} "
+          f"{'TTFT p50 (s)':>12} {'p90':>7} | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors")
     for c in levels:
-        cells = [fmt(val(side, c, "agg"), ".1f", w) + " " + fmt(val(side, c, "p50"), ".3f", 8) + "s "
-                 + fmt(val(side, c, "p90"), ".3f", 6) + "s" for side, w in ((base, 19), (sk, 11))]
+        cells = [f"{fmt(val(side, c, 'agg'), '.1f', w)} {fmt(val(side, c, 'p50'), '.3f', 12)} "
+                 f"{fmt(val(side, c, 'p90'), '.3f', 7)}" for side, w in ((base, 19), (sk, 11))]
         errs = sum(side[c].errors for side in (base, sk) if c in side)
         print(f"  {c:>3} | {cells[0]} | {cells[1]} | {fmt(ratio(val(sk, c, 'agg'), val(base, c, 'agg')), '.3f', 11)}"
               f" {fmt(ratio(val(sk, c, 'p50'), val(base, c, 'p50')), '.3f', 10)} | {errs}")
@@ -351,7 +350,8 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
         print("  idle CPU (% of one core): " + ", ".join(f"{k} {v:.1f}" for k, v in idle.items()))
         alone = len(servers) == 2 and max(idle.values()) > IDLE_CPU_LIMIT
         mode = (f"servers run one after the other, each alone (an idle one used > {IDLE_CPU_LIMIT:.0f}% CPU)"
-                if alone else "servers alternate per level, both running (idle ones use ~0% CPU)")
+                if alone else "servers alternate per level, both running (idle ones use ~0% CPU)"
+                if len(servers) == 2 else f"{servers[0].name} only")
         if alone:
             servers[1].stop()
         for group in ([servers[:1], servers[1:]] if alone else [servers]):

@@ -145,8 +145,10 @@ class Runner:
         plan = self.batcher.plan()
         if plan is None:
             return False
-        if faults.ENABLED:
-            faults.inject("runner", f"step:{plan.step.seq}")
+        if faults.ENABLED:  # test faults: `prefill` when requests join, `decode:<n>` at batch step n
+            if plan.step.inserts:
+                faults.inject("runner", "prefill")
+            faults.inject("runner", f"decode:{plan.step.seq}")
         step = self.batcher.admit_plan(plan, time.monotonic())
         if self.leader is not None:
             self.leader.broadcast(step)
