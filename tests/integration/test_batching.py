@@ -145,3 +145,38 @@ def test_a_prompt_beyond_the_context_is_refused_at_once_while_a_stream_flows(ser
             after += 1
     print(f"3,000,000-character prompt refused in {refused_in:.3f}s; the stream went on for {after} tokens")
     assert after > 0
+
+
+def state_events(node, kind: str) -> int:
+    """How many indexed events of `kind` the node's event log holds (written behind the bus)."""
+    from skulk.services.eventlog.segment import read_records
+
+    return sum(t.startswith(f"evt.state.event.{kind}".encode())
+               for _, t, _ in read_records(node.home / "eventlog" / "events.log"))
+
+
+def test_busy_and_idle_are_not_events(serving):
+    """Request load is not replicated state: requests add their task events and nothing else."""
+    from tests.integration.harness import wait_until
+
+    runner_events = state_events(serving, "runner_status_updated")
+    deleted = state_events(serving, "task_deleted")
+    all_at_once(serving.url, [body(prompt(i), 8) for i in range(4)])
+    for i in range(4):
+        assert complete(serving.url, body(prompt(50 + i), 4))[0] == 200
+    wait_until(serving, lambda: state_events(serving, "task_deleted") >= deleted + 8, 20, "the tasks recorded")
+    assert state_events(serving, "runner_status_updated") == runner_events
+
+
+def test_the_api_holds_64_streams_at_once(nodes, demo_model):
+    """64 clients stream at the same time on one node (one batch of 64): none waits for a free
+    API thread or a batch slot."""
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model},
+                 config={"runner": {"max_batch": 64, "queue_max": 0}})
+    wait_model_ready(node)
+    bodies = [chat_body(MODEL, prompt(i), 300) for i in range(64)]
+    load = StreamLoad("127.0.0.1", node.api_port, bodies, read_timeout=60).start()
+    together = load.wait_for(lambda outs: all(o.tokens > 0 and not o.done for o in outs), 60)
+    outcomes = load.join(120)
+    assert together, "the 64 streams were never all producing at once\n" + summary(outcomes)
+    assert all(o.done and not o.error and o.finish_reason in ("length", "stop") for o in outcomes), summary(outcomes)

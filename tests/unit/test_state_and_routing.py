@@ -112,6 +112,27 @@ def test_route_prefers_the_least_loaded_ready_instance():
     assert second.reply.instance_id != busy
 
 
+def test_route_follows_the_load_runners_report_and_it_adds_no_events():
+    state, _, _ = placed()
+    state = run(state, handle(state, PlaceInstance(command_id="c2", card=CARD), ids()).events)
+    for rid in {r for i in state.instances.values() for r in i.runner_to_shard}:
+        state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(
+            kind="RunnerReady", endpoint=f"tcp://127.0.0.1:{len(rid)}"))])
+    first, second = sorted(state.instances)
+    rank0 = {iid: next(iter(state.instances[iid].runner_to_shard)) for iid in (first, second)}
+    for busy, idle in ((first, second), (second, first)):  # the reported load decides, not the id
+        loads = {rank0[busy]: 12, rank0[idle]: 3}
+        out = handle(state, TextGeneration(command_id=f"t-{busy}", owner_node="n1", params=PARAMS), ids(), loads)
+        assert out.reply.instance_id == idle
+        assert [type(e).__name__ for e in out.events] == ["TaskCreated"]  # the task; the load is no event
+    # A burst routed since the last report counts too: open tasks beat a stale report of 0.
+    for n in range(4):
+        state = run(state, handle(state, TextGeneration(command_id=f"b{n}", owner_node="n1", params=PARAMS),
+                                  ids(), {rank0[first]: 0, rank0[second]: 2}).events)
+    tasks = [t.instance_id for t in state.tasks.values()]
+    assert (tasks.count(first), tasks.count(second)) == (3, 1)  # 0 1 2 | 2 (ties: lower id)
+
+
 def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
     state, iid, rid = placed()
     out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
