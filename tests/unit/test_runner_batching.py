@@ -190,3 +190,19 @@ def test_sampled_requests_get_a_seed_from_rank_0_and_keep_a_given_one():
     b.on_generate(env("b"), replace(seeded, params=replace(seeded.params, seed=7)), 0.0)
     step = b.admit_plan(b.plan(), 0.0)
     assert [(i.seed, i.temperature) for i in step.inserts] == [(1234, 0.7), (7, 0.7)]
+
+
+def test_a_cancel_during_a_long_prefill_stops_it_within_one_chunk():
+    engine = FakeEngine(prefill_chunk=4, model_context=1000)
+    b = Batcher(engine, Limits(max_batch=4, queue_max=0))
+    b.on_generate(env("long"), gen("long", "y" * 200, max_tokens=4), 0.0)
+    progress = []
+    for _ in range(3):
+        b.admit_plan(b.plan(), 0.0)
+        progress += [m for _, m in b.run_step(lambda: 1.0) if isinstance(m, Progress)]
+    assert [p.processed for p in progress] == [4, 8, 12] and progress[0].total == 200
+    assert b.cancel("long")
+    plan = b.plan()
+    b.admit_plan(plan, 0.0)
+    assert plan.step.removes == (0,) and engine.active() == 0
+    assert b.run_step(lambda: 1.0) == [] and b.plan() is None
