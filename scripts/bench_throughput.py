@@ -10,13 +10,16 @@ with the runner's OpenBLAS preload; it runs the model in its stored dtype, fp32 
 models) and a real Skulk node placing the same directory. For each concurrency C, C client
 threads each send one streaming greedy chat completion of --tokens tokens with its own distinct
 prompt of about --prompt-tokens tokens (seeded random words: no prefix-cache hits on either
-server). Per client: TTFT (request sent to first non-empty `delta.content`) and content chunks;
-per level: aggregate tok/s = all content chunks / (last client end - first client start).
-Levels alternate between the servers (baseline C, Skulk C, baseline next C ...) so machine
-drift hits both; if either server uses CPU while idle, they run one after the other instead
-(each alone) and the output says so. Medians over --repeats. It also times single-stream
-in-process `mlx_lm.stream_generate` (fresh process, OpenBLAS, fp32) against Skulk's C=1 decode
-rate (client-side, first to last content chunk). It prints figures and targets; it asserts none.
+server). Per client: TTFT (request sent to first non-empty `delta.content`), content chunks and
+the stream's `usage.completion_tokens`; per level: aggregate tok/s = all completion tokens
+(content chunks where no usage came) / (last client end - first client start). A client whose
+text is withheld to the end (both servers hold back undecodable bytes; the demo models' random
+weights often emit them) has no TTFT to see: TTFT percentiles leave it out and count it.
+Levels alternate between the servers (baseline C, Skulk C, ...) so machine drift hits both; if
+an idle server uses CPU, they run one after the other instead, each alone, and the output says
+so. Medians over --repeats. Also: single-stream in-process `mlx_lm.stream_generate` (fresh
+process, OpenBLAS, fp32) vs Skulk's C=1 decode rate (client-side, first to last content chunk).
+It prints figures and targets; it asserts none.
 """
 
 from __future__ import annotations
@@ -52,11 +55,8 @@ SERVER_CODE = ("from skulk.services.runner.blas import preload_blas; preload_bla
                "sys.argv=['mlx_lm.server']+sys.argv[1:]; from mlx_lm.server import main; main()")
 STREAM_GENERATE = r"""
 import json, sys, time
-from skulk.services.runner.blas import preload_blas
-preload_blas()
-import mlx.core as mx
-from mlx_lm import load, stream_generate
-from mlx_lm.sample_utils import make_sampler
+from skulk.services.runner.blas import preload_blas; preload_blas()
+import mlx.core as mx; from mlx_lm import load, stream_generate; from mlx_lm.sample_utils import make_sampler
 model_dir, n, runs, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 model, tok = load(model_dir)
 model.set_dtype(mx.float32)
@@ -80,7 +80,13 @@ class Client:
     first: float | None = None  # first non-empty content
     last: float | None = None
     chunks: int = 0
+    tokens: int | None = None  # completion_tokens of the stream's usage, where the server sends it
     error: str | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """Its text came as it was generated (not withheld to the end as undecodable bytes)."""
+        return self.first is not None and 2 * self.chunks >= (self.tokens or self.chunks)
 
 
 @dataclass
@@ -91,6 +97,8 @@ class Level:
     decode: float  # mean per-client decode tok/s, first to last content chunk
     errors: int
     chunks: float = 0.0  # mean content chunks per client
+    tokens: float = 0.0  # mean completion tokens per client
+    withheld: int = 0  # clients whose text came only at the end (no TTFT to measure)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -111,6 +119,7 @@ def stream_chat(port: int, model: str, prompt: str, max_tokens: int, go: threadi
     """One streaming completion; fills `out` (times from time.perf_counter)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=READ_TIMEOUT_S)
     body = json.dumps({"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True},
                        "messages": [{"role": "user", "content": prompt}]})
     try:
         if go is not None:
@@ -132,6 +141,8 @@ def stream_chat(port: int, model: str, prompt: str, max_tokens: int, go: threadi
             if "error" in obj:
                 out.error = str(obj["error"])[:200]
                 continue
+            if obj.get("usage"):
+                out.tokens = obj["usage"].get("completion_tokens")
             choices = obj.get("choices") or [{}]
             if (choices[0].get("delta") or {}).get("content"):
                 out.last = time.perf_counter()
@@ -156,15 +167,17 @@ def run_level(port: int, model: str, prompts: list[str], max_tokens: int) -> Lev
         t.join(READ_TIMEOUT_S + 60)
     ok = [c for c in clients if c.error is None and c.first is not None]
     span = max(c.end for c in clients) - min(c.start for c in clients)
-    ttft = [c.first - c.start for c in ok if c.first is not None]
-    decode = [(c.chunks - 1) / (c.last - c.first) for c in ok
+    streamed = [c for c in ok if c.streamed]
+    ttft = [c.first - c.start for c in streamed if c.first is not None]
+    decode = [(c.chunks - 1) / (c.last - c.first) for c in streamed
               if c.chunks > 1 and c.last is not None and c.first is not None]
-    for c in clients:
-        if c.error:
-            print(f"    client error: {c.error}", file=sys.stderr)
-    return Level(agg=sum(c.chunks for c in ok) / span, p50=quantile(ttft, 0.5), p90=quantile(ttft, 0.9),
-                 decode=statistics.mean(decode) if decode else float("nan"),
-                 errors=len(clients) - len(ok), chunks=statistics.mean(c.chunks for c in clients))
+    tokens = [c.tokens if c.tokens is not None else c.chunks for c in ok]
+    for err in filter(None, (c.error for c in clients)):
+        print(f"    client error: {err}", file=sys.stderr)
+    return Level(agg=sum(tokens) / span, p50=quantile(ttft, 0.5), p90=quantile(ttft, 0.9),
+                 decode=statistics.mean(decode) if decode else float("nan"), errors=len(clients) - len(ok),
+                 chunks=statistics.mean(c.chunks for c in clients),
+                 tokens=statistics.mean(tokens) if tokens else 0.0, withheld=len(ok) - len(streamed))
 
 
 class Server:
@@ -196,10 +209,6 @@ class Server:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=30)
         self.proc = None
-
-    def log_tail(self, lines: int = 30) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def wait_http(server: Server, deadline_s: float = 300.0) -> None:
@@ -253,15 +262,8 @@ def idle_cpu(server: Server, seconds: float = 3.0) -> float:
     assert server.proc is not None
     root = psutil.Process(server.proc.pid)
 
-    def total() -> float:
-        t = 0.0
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                c = p.cpu_times()
-                t += c.user + c.system
-            except psutil.NoSuchProcess:
-                pass
-        return t
+    def total() -> float:  # user + system seconds (an idle tree keeps its processes)
+        return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
 
     before = total()
     time.sleep(seconds)
@@ -270,7 +272,7 @@ def idle_cpu(server: Server, seconds: float = 3.0) -> float:
 
 def stream_generate_rates(model_dir: Path, tokens: int, runs: int, prompt: str) -> list[float]:
     out = subprocess.run([sys.executable, "-c", STREAM_GENERATE, str(model_dir), str(tokens), str(runs),
-                          prompt], check=True, capture_output=True, text=True, env=ENV)
+                          prompt], check=True, stdout=subprocess.PIPE, text=True, env=ENV)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -284,7 +286,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def median_level(levels: list[Level]) -> Level:
     return Level(*(statistics.median(getattr(x, k) for x in levels) for k in ("agg", "p50", "p90", "decode")),
-                 errors=sum(x.errors for x in levels))
+                 errors=sum(x.errors for x in levels), withheld=sum(x.withheld for x in levels))
 
 
 def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: str,
@@ -295,13 +297,15 @@ def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: st
         return getattr(side[c], key) if c in side else None
 
     print(f"\nmodel {model}: {ns.tokens} tokens/client, ~{ns.prompt_tokens}-token distinct prompts, "
-          f"greedy, {ns.repeats} repeat(s), median; {mode}")
+          f"greedy, {ns.repeats} repeat(s), median; {mode}\n  tok/s = completion tokens of all clients / "
+          f"(last end - first start); TTFT over clients whose text streamed (not withheld)")
     print(f"  {'C':>3} | {'mlx_lm.server tok/s':>19} {'TTFT p50 (s)':>12} {'p90':>7} | {'Skulk tok/s':>11} "
-          f"{'TTFT p50 (s)':>12} {'p90':>7} | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors")
+          f"{'TTFT p50 (s)':>12} {'p90':>7} | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors/withheld")
     for c in levels:
         cells = [f"{fmt(val(side, c, 'agg'), '.1f', w)} {fmt(val(side, c, 'p50'), '.3f', 12)} "
                  f"{fmt(val(side, c, 'p90'), '.3f', 7)}" for side, w in ((base, 19), (sk, 11))]
-        errs = sum(side[c].errors for side in (base, sk) if c in side)
+        errs = "/".join(str(sum(getattr(side[c], k) for side in (base, sk) if c in side))
+                        for k in ("errors", "withheld"))
         print(f"  {c:>3} | {cells[0]} | {cells[1]} | {fmt(ratio(val(sk, c, 'agg'), val(base, c, 'agg')), '.3f', 11)}"
               f" {fmt(ratio(val(sk, c, 'p50'), val(base, c, 'p50')), '.3f', 10)} | {errs}")
     agg8, ttft8 = ratio(val(sk, 8, "agg"), val(base, 8, "agg")), ratio(val(sk, 8, "p50"), val(base, 8, "p50"))
@@ -315,17 +319,22 @@ def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: st
         print(f"  target {name:<48} {'n/a' if ok is None else 'PASS' if ok else 'MISS'}")
 
 
-def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: list[int]) -> None:
+def build_prompts(model_dir: Path, n_tokens: int, levels: list[int],
+                  repeats: int) -> tuple[dict[tuple[int, int], list[str]], dict[str, str]]:
+    """Distinct seeded prompts per (C, repeat), the same for both servers, and one warm-up each."""
     from transformers import AutoTokenizer
 
-    org, _, name = model_dir.name.partition("--")
-    model = f"{org}/{name}"
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     count: Callable[[str], int] = lambda text: len(tok.encode(text, add_special_tokens=False))
-    rng = random.Random(f"{model}:{ns.prompt_tokens}")
-    prompts = {(c, r): [make_prompt(rng, count, ns.prompt_tokens) for _ in range(c)]
-               for c in levels for r in range(ns.repeats)}
-    warm = {n: make_prompt(rng, count, ns.prompt_tokens) for n in ("mlx_lm.server", "Skulk")}
+    rng = random.Random(f"{model_dir.name}:{n_tokens}")
+    prompts = {(c, r): [make_prompt(rng, count, n_tokens) for _ in range(c)] for c in levels for r in range(repeats)}
+    return prompts, {n: make_prompt(rng, count, n_tokens) for n in ("mlx_lm.server", "Skulk")}
+
+
+def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: list[int]) -> None:
+    org, _, name = model_dir.name.partition("--")
+    model = f"{org}/{name}"
+    prompts, warm = build_prompts(model_dir, ns.prompt_tokens, levels, ns.repeats)
     servers: list[Server] = []
     if not ns.no_baseline:
         servers.append(baseline_server(model_dir, root / f"baseline-{model_dir.name}.log"))
@@ -337,7 +346,8 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
         lv = run_level(s.port, s.model, prompts[(c, r)], ns.tokens)
         runs[s.name][c].append(lv)
         print(f"  {s.name:<13} C={c:<3} run {r + 1}: {lv.agg:8.1f} tok/s  TTFT p50 {lv.p50:.3f}s "
-              f"p90 {lv.p90:.3f}s  {lv.chunks:.0f} chunks/client  errors {lv.errors}", flush=True)
+              f"p90 {lv.p90:.3f}s  per client {lv.tokens:.0f} tokens {lv.chunks:.0f} chunks  "
+              f"withheld {lv.withheld}  errors {lv.errors}", flush=True)
 
     sg = None
     try:
@@ -366,7 +376,8 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
                 group[0].stop()
     except Exception:
         for s in servers:
-            print(f"--- last lines of {s.name}'s log ({s.log}) ---\n{s.log_tail()}", file=sys.stderr)
+            tail = s.log.read_text(errors="replace").splitlines()[-30:] if s.log.exists() else []
+            print(f"--- last lines of {s.name}'s log ---", *tail, sep="\n", file=sys.stderr)
         raise
     finally:
         for s in servers:
@@ -387,7 +398,7 @@ def main() -> int:
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--no-skulk", action="store_true")
     ns = p.parse_args()
-    levels = [int(c) for c in ns.concurrency.split(",") if c.strip()]
+    levels = list(dict.fromkeys(int(c) for c in ns.concurrency.split(",") if c.strip()))
     root = Path(tempfile.mkdtemp(prefix="skulk-bench-tp-"))
     try:
         if ns.model_dir:

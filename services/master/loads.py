@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from skulk.wire.cluster import RunnerLoad
+from skulk.wire.events import RunnerReport
+
 
 @dataclass
 class RunnerLoads:
@@ -20,6 +23,12 @@ class RunnerLoads:
         changed = self.loads.get(runner_id) != load
         self.loads[runner_id] = load
         return changed
+
+    def on_report(self, report: RunnerReport) -> RunnerLoad | None:
+        """Remember a local runner's report; what to tell the leader when its load changed."""
+        if not self.record(report.runner_id, report.active, report.waiting):
+            return None
+        return RunnerLoad(runner_id=report.runner_id, active=report.active, waiting=report.waiting)
 
     def get(self, runner_id: str) -> int:
         return self.loads.get(runner_id, 0)

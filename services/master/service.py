@@ -16,8 +16,8 @@ import zmq
 from skulk.services.base import ServiceLoop
 from skulk.services.master.commands import describe, handle, lost_changes
 from skulk.services.master.desk import CommandDesk
-from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
+from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.loads import RunnerLoads
 from skulk.services.master import saved_state
 from skulk.services.master.recovery import next_recreation, runner_failed
@@ -280,9 +280,8 @@ class Master:
             if isinstance(msg, RunnerReport):
                 self.local_runners[msg.runner_id] = msg.status
                 self.runner_fact(msg.runner_id, msg.status)
-                if self.loads.record(msg.runner_id, msg.active, msg.waiting) and (to := self.leader_sock()):
-                    send(to, RunnerLoad(runner_id=msg.runner_id, active=msg.active, waiting=msg.waiting),
-                         flags=zmq.NOBLOCK)
+                if (load := self.loads.on_report(msg)) and (to := self.leader_sock()):  # routing's
+                    send(to, load, flags=zmq.NOBLOCK)
             elif isinstance(msg, ChildLifecycle) and (status := process_ended(msg, self.node_id)):
                 self.local_runners[msg.child_id] = status
                 self.runner_fact(msg.child_id, status)

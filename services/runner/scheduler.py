@@ -38,6 +38,17 @@ def joining(in_batch: int, waiting: int, limits: Limits) -> int:
     return max(0, min(waiting, limits.max_batch - in_batch))
 
 
+MIN_PREFILL_SHARE = 32
+"""Fewest prompt tokens a prefilling request gets per step."""
+
+
+def prefill_share(budget: int, prefilling: int) -> int:
+    """Prompt tokens each prefilling request gets this step: `runner.prefill_chunk` tokens per
+    step in all, shared, so one step's work stays bounded however many prompts arrive at once
+    (the heartbeat is beaten between steps) and running streams keep flowing."""
+    return max(MIN_PREFILL_SHARE, budget // max(1, prefilling))
+
+
 def context_limit(instance_limit: int, model_limit: int) -> int:
     """The usable context in tokens: the smaller of the instance's (memory) and the model's
     own; 0 where neither is known."""

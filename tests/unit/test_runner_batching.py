@@ -51,6 +51,14 @@ def test_admission_is_batch_then_queue_then_busy():
     assert scheduler.joining(in_batch=2, waiting=5, limits=limits) == 0
 
 
+def test_the_prefill_budget_is_shared_so_a_step_stays_bounded():
+    assert scheduler.prefill_share(256, 1) == 256
+    assert scheduler.prefill_share(256, 4) == 64
+    assert scheduler.prefill_share(256, 16) == 32  # never below the floor
+    assert scheduler.prefill_share(256, 0) == 256
+    assert max(n * scheduler.prefill_share(256, n) for n in range(1, 17)) == 512
+
+
 def test_context_checks_count_tokens_and_refuse_huge_prompts_before_tokenizing():
     assert scheduler.context_limit(0, 2048) == 2048 and scheduler.context_limit(1000, 2048) == 1000
     assert scheduler.context_limit(0, 0) == 0

@@ -1,0 +1,18 @@
+"""The runner's faster CPU attention and SwiGLU give mlx's own results (checked in a
+subprocess: mlx stays out of the pytest process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_fast_cpu_attention_and_swiglu_match_mlx():
+    run = subprocess.run([sys.executable, "-m", "tests.unit.cpu_ops_check"], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    diffs = json.loads(run.stdout)
+    assert len(diffs) >= 15
+    bad = {case: d for case, d in diffs.items() if not d <= 1e-5}
+    assert not bad, bad
