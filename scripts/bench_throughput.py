@@ -71,6 +71,7 @@ print(json.dumps(rates[1:]))
 READ_TIMEOUT_S = 600.0
 IDLE_CPU_LIMIT = 5.0  # percent of one core an idle server may use and still run alongside
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+BASE, SKULK = "mlx_lm.server", "Skulk"  # the servers' names, in tables and logs
 
 
 @dataclass
@@ -83,11 +84,6 @@ class Client:
     tokens: int | None = None  # completion_tokens of the stream's usage, where the server sends it
     error: str | None = None
 
-    @property
-    def streamed(self) -> bool:
-        """Its text came as it was generated (not withheld to the end as undecodable bytes)."""
-        return self.first is not None and 2 * self.chunks >= (self.tokens or self.chunks)
-
 
 @dataclass
 class Level:
@@ -99,19 +95,6 @@ class Level:
     chunks: float = 0.0  # mean content chunks per client
     tokens: float = 0.0  # mean completion tokens per client
     withheld: int = 0  # clients whose text came only at the end (no TTFT to measure)
-
-
-def quantile(values: list[float], q: float) -> float:
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
-
-
-def make_prompt(rng: random.Random, count: Callable[[str], int], n_tokens: int) -> str:
-    words: list[str] = []
-    while count(" ".join(words)) < n_tokens:
-        words.append(rng.choice(WORDS))
-    return " ".join(words)
 
 
 def stream_chat(port: int, model: str, prompt: str, max_tokens: int, go: threading.Barrier | None,
@@ -143,8 +126,7 @@ def stream_chat(port: int, model: str, prompt: str, max_tokens: int, go: threadi
                 continue
             if obj.get("usage"):
                 out.tokens = obj["usage"].get("completion_tokens")
-            choices = obj.get("choices") or [{}]
-            if (choices[0].get("delta") or {}).get("content"):
+            if ((obj.get("choices") or [{}])[0].get("delta") or {}).get("content"):
                 out.last = time.perf_counter()
                 out.first = out.first or out.last
                 out.chunks += 1
@@ -167,14 +149,17 @@ def run_level(port: int, model: str, prompts: list[str], max_tokens: int) -> Lev
         t.join(READ_TIMEOUT_S + 60)
     ok = [c for c in clients if c.error is None and c.first is not None]
     span = max(c.end for c in clients) - min(c.start for c in clients)
-    streamed = [c for c in ok if c.streamed]
+    # text that came as it was generated, not withheld to the end as undecodable bytes
+    streamed = [c for c in ok if 2 * c.chunks >= (c.tokens or c.chunks)]
     ttft = [c.first - c.start for c in streamed if c.first is not None]
     decode = [(c.chunks - 1) / (c.last - c.first) for c in streamed
               if c.chunks > 1 and c.last is not None and c.first is not None]
     tokens = [c.tokens if c.tokens is not None else c.chunks for c in ok]
+    pct = (statistics.quantiles(ttft, n=100, method="inclusive") if len(ttft) > 1  # percentiles 1..99
+           else [ttft[0] if ttft else float("nan")] * 99)  # quantiles() needs two points
     for err in filter(None, (c.error for c in clients)):
         print(f"    client error: {err}", file=sys.stderr)
-    return Level(agg=sum(tokens) / span, p50=quantile(ttft, 0.5), p90=quantile(ttft, 0.9),
+    return Level(agg=sum(tokens) / span, p50=pct[49], p90=pct[89],
                  decode=statistics.mean(decode) if decode else float("nan"), errors=len(clients) - len(ok),
                  chunks=statistics.mean(c.chunks for c in clients),
                  tokens=statistics.mean(tokens) if tokens else 0.0, withheld=len(ok) - len(streamed))
@@ -185,8 +170,7 @@ class Server:
 
     def __init__(self, name: str, argv: list[str], port: int, model: str, log: Path,
                  ready: Callable[[Server], None]) -> None:
-        self.name, self.argv, self.port, self.model, self.log = name, argv, port, model, log
-        self._ready = ready
+        self.name, self.argv, self.port, self.model, self.log, self._ready = name, argv, port, model, log, ready
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, warm_prompt: str, tokens: int) -> None:
@@ -210,32 +194,39 @@ class Server:
                 self.proc.wait(timeout=30)
         self.proc = None
 
+    def wait_http(self, deadline_s: float = 300.0) -> None:
+        """Poll GET /v1/models until it answers (the model itself loads on the first request)."""
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}")
+            with (contextlib.closing(http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)) as conn,
+                  contextlib.suppress(OSError, http.client.HTTPException)):
+                conn.request("GET", "/v1/models")
+                if conn.getresponse().status == 200:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name} did not answer within {deadline_s:.0f}s")
 
-def wait_http(server: Server, deadline_s: float = 300.0) -> None:
-    """Poll GET /v1/models until it answers (the model itself loads on the first request)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        assert server.proc is not None
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"{server.name} exited with {server.proc.returncode}")
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
-        try:
-            conn.request("GET", "/v1/models")
-            if conn.getresponse().status == 200:
-                return
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            conn.close()
-        time.sleep(0.2)
-    raise TimeoutError(f"{server.name} did not answer within {deadline_s:.0f}s")
+    def idle_cpu(self, seconds: float = 3.0) -> float:
+        """CPU percent of one core used by the server's process tree while nobody sends requests."""
+        assert self.proc is not None
+        root = psutil.Process(self.proc.pid)
+
+        def total() -> float:  # user + system seconds (an idle tree keeps its processes)
+            return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
+
+        before = total()
+        time.sleep(seconds)
+        return 100.0 * (total() - before) / seconds
 
 
 def baseline_server(model_dir: Path, log: Path) -> Server:
     port = free_port()
     argv = [sys.executable, "-c", SERVER_CODE, "--model", str(model_dir), "--host", "127.0.0.1",
             "--port", str(port), "--max-tokens", "100000", "--log-level", "WARNING"]
-    return Server("mlx_lm.server", argv, port, "default_model", log, wait_http)
+    return Server(BASE, argv, port, "default_model", log, Server.wait_http)
 
 
 def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None) -> Server:
@@ -247,54 +238,31 @@ def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None) -
     argv = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(home), "--api-port", str(port),
             "--cluster-port", str(free_port(pair=True)), "--listen", "127.0.0.1", "--place", model]
 
-    def ready(s: Server) -> None:
-        cli = [sys.executable, "-m", "skulk.scripts.cli"]
-        subprocess.run([*cli, "admin", "wait", "--home", str(home), "--wait", "60"], check=True,
-                       stdout=subprocess.DEVNULL, env=ENV)
-        subprocess.run([*cli, "model", "wait", model, "--url", f"http://127.0.0.1:{port}", "--timeout",
-                        "600"], check=True, stdout=subprocess.DEVNULL, env=ENV)
+    def ready(s: Server) -> None:  # the node is up, then the model's runners are ready
+        python("-m", "skulk.scripts.cli", "admin", "wait", "--home", str(home), "--wait", "60")
+        python("-m", "skulk.scripts.cli", "model", "wait", model, "--url", f"http://127.0.0.1:{port}",
+               "--timeout", "600")
 
-    return Server("Skulk", argv, port, model, home / "node.log", ready)
+    return Server(SKULK, argv, port, model, home / "node.log", ready)
 
 
-def idle_cpu(server: Server, seconds: float = 3.0) -> float:
-    """CPU percent of one core used by the server's process tree while nobody sends requests."""
-    assert server.proc is not None
-    root = psutil.Process(server.proc.pid)
-
-    def total() -> float:  # user + system seconds (an idle tree keeps its processes)
-        return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
-
-    before = total()
-    time.sleep(seconds)
-    return 100.0 * (total() - before) / seconds
-
-
-def stream_generate_rates(model_dir: Path, tokens: int, runs: int, prompt: str) -> list[float]:
-    out = subprocess.run([sys.executable, "-c", STREAM_GENERATE, str(model_dir), str(tokens), str(runs),
-                          prompt], check=True, stdout=subprocess.PIPE, text=True, env=ENV)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def fmt(v: float | None, spec: str, width: int) -> str:
-    return "n/a".rjust(width) if v is None or v != v else format(v, spec).rjust(width)
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def median_level(levels: list[Level]) -> Level:
-    return Level(*(statistics.median(getattr(x, k) for x in levels) for k in ("agg", "p50", "p90", "decode")),
-                 errors=sum(x.errors for x in levels), withheld=sum(x.withheld for x in levels))
+def python(*args: str) -> str:
+    """Run `python ARGS` to completion (offline hub; raises if it fails) and return its stdout."""
+    return subprocess.run([sys.executable, *args], check=True, stdout=subprocess.PIPE, text=True, env=ENV).stdout
 
 
 def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: str,
-                 res: dict[str, dict[int, Level]], sg: float | None) -> None:
-    base, sk = res.get("mlx_lm.server", {}), res.get("Skulk", {})
+                 runs: dict[str, dict[int, list[Level]]], sg: float | None) -> None:
+    def val(name: str, c: int, key: str) -> float | None:
+        """Median over the repeats of `key` at C=c; None where that server did not run it."""
+        lv = runs.get(name, {}).get(c)
+        return statistics.median(getattr(x, key) for x in lv) if lv else None
 
-    def val(side: dict[int, Level], c: int, key: str) -> float | None:
-        return getattr(side[c], key) if c in side else None
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    def fmt(v: float | None, spec: str, width: int) -> str:
+        return ("n/a" if v is None or v != v else format(v, spec)).rjust(width)
 
     print(f"\nmodel {model}: {ns.tokens} tokens/client, ~{ns.prompt_tokens}-token distinct prompts, "
           f"greedy, {ns.repeats} repeat(s), median; {mode}\n  tok/s = completion tokens of all clients / "
@@ -302,16 +270,16 @@ def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: st
     print(f"  {'C':>3} | {'mlx_lm.server tok/s':>19} {'TTFT p50 (s)':>12} {'p90':>7} | {'Skulk tok/s':>11} "
           f"{'TTFT p50 (s)':>12} {'p90':>7} | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors/withheld")
     for c in levels:
-        cells = [f"{fmt(val(side, c, 'agg'), '.1f', w)} {fmt(val(side, c, 'p50'), '.3f', 12)} "
-                 f"{fmt(val(side, c, 'p90'), '.3f', 7)}" for side, w in ((base, 19), (sk, 11))]
-        errs = "/".join(str(sum(getattr(side[c], k) for side in (base, sk) if c in side))
+        cells = [f"{fmt(val(name, c, 'agg'), '.1f', w)} {fmt(val(name, c, 'p50'), '.3f', 12)} "
+                 f"{fmt(val(name, c, 'p90'), '.3f', 7)}" for name, w in ((BASE, 19), (SKULK, 11))]
+        rat = [fmt(ratio(val(SKULK, c, k), val(BASE, c, k)), ".3f", w) for k, w in (("agg", 11), ("p50", 10))]
+        errs = "/".join(str(sum(getattr(x, k) for by_c in runs.values() for x in by_c.get(c, [])))
                         for k in ("errors", "withheld"))
-        print(f"  {c:>3} | {cells[0]} | {cells[1]} | {fmt(ratio(val(sk, c, 'agg'), val(base, c, 'agg')), '.3f', 11)}"
-              f" {fmt(ratio(val(sk, c, 'p50'), val(base, c, 'p50')), '.3f', 10)} | {errs}")
-    agg8, ttft8 = ratio(val(sk, 8, "agg"), val(base, 8, "agg")), ratio(val(sk, 8, "p50"), val(base, 8, "p50"))
-    single = ratio(val(sk, 1, "decode"), sg)
+        print(f"  {c:>3} | {cells[0]} | {cells[1]} | {rat[0]} {rat[1]} | {errs}")
+    agg8, ttft8 = ratio(val(SKULK, 8, "agg"), val(BASE, 8, "agg")), ratio(val(SKULK, 8, "p50"), val(BASE, 8, "p50"))
+    single = ratio(val(SKULK, 1, "decode"), sg)
     print(f"  single stream: in-process stream_generate {fmt(sg, '.1f', 7)} tok/s, Skulk C=1 decode "
-          f"{fmt(val(sk, 1, 'decode'), '.1f', 7)} tok/s, ratio {fmt(single, '.3f', 5)}")
+          f"{fmt(val(SKULK, 1, 'decode'), '.1f', 7)} tok/s, ratio {fmt(single, '.3f', 5)}")
     targets = [("aggregate at 8 >= 1.2x mlx_lm.server", None if agg8 is None else agg8 >= 1.2),
                ("TTFT p50 at 8 <= mlx_lm.server's", None if ttft8 is None else ttft8 <= 1.0),
                ("single-stream decode >= 0.95x stream_generate", None if single is None else single >= 0.95)]
@@ -325,15 +293,20 @@ def build_prompts(model_dir: Path, n_tokens: int, levels: list[int],
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    count: Callable[[str], int] = lambda text: len(tok.encode(text, add_special_tokens=False))
     rng = random.Random(f"{model_dir.name}:{n_tokens}")
-    prompts = {(c, r): [make_prompt(rng, count, n_tokens) for _ in range(c)] for c in levels for r in range(repeats)}
-    return prompts, {n: make_prompt(rng, count, n_tokens) for n in ("mlx_lm.server", "Skulk")}
+
+    def prompt() -> str:  # seeded random words until the tokenizer counts n_tokens
+        words: list[str] = []
+        while len(tok.encode(" ".join(words), add_special_tokens=False)) < n_tokens:
+            words.append(rng.choice(WORDS))
+        return " ".join(words)
+
+    prompts = {(c, r): [prompt() for _ in range(c)] for c in levels for r in range(repeats)}
+    return prompts, {n: prompt() for n in (BASE, SKULK)}
 
 
 def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: list[int]) -> None:
-    org, _, name = model_dir.name.partition("--")
-    model = f"{org}/{name}"
+    model = "/".join(model_dir.name.partition("--")[::2])  # <org>--<name> -> <org>/<name>
     prompts, warm = build_prompts(model_dir, ns.prompt_tokens, levels, ns.repeats)
     servers: list[Server] = []
     if not ns.no_baseline:
@@ -355,25 +328,24 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
             print(f"{model}: starting {s.name} on port {s.port}", flush=True)
             s.start(warm[s.name], ns.tokens)
         if not ns.no_skulk and 1 in levels:
-            sg = statistics.median(stream_generate_rates(model_dir, ns.tokens, ns.repeats, prompts[(1, 0)][0]))
-        idle = {s.name: idle_cpu(s) for s in servers}
+            out = python("-c", STREAM_GENERATE, str(model_dir), str(ns.tokens), str(ns.repeats), prompts[(1, 0)][0])
+            sg = statistics.median(json.loads(out.strip().splitlines()[-1]))
+        idle = {s.name: s.idle_cpu() for s in servers}
         print("  idle CPU (% of one core): " + ", ".join(f"{k} {v:.1f}" for k, v in idle.items()))
         alone = len(servers) == 2 and max(idle.values()) > IDLE_CPU_LIMIT
         mode = (f"servers run one after the other, each alone (an idle one used > {IDLE_CPU_LIMIT:.0f}% CPU)"
                 if alone else "servers alternate per level, both running (idle ones use ~0% CPU)"
                 if len(servers) == 2 else f"{servers[0].name} only")
-        if alone:
-            servers[1].stop()
         for group in ([servers[:1], servers[1:]] if alone else [servers]):
-            for s in group:
-                if s.proc is None:
+            for s in servers:  # a group runs with only its own servers up
+                if s not in group:
+                    s.stop()
+                elif s.proc is None:
                     s.start(warm[s.name], ns.tokens)
             for c in levels:
                 for r in range(ns.repeats):
                     for s in group:
                         measure(s, c, r)
-            if alone:
-                group[0].stop()
     except Exception:
         for s in servers:
             tail = s.log.read_text(errors="replace").splitlines()[-30:] if s.log.exists() else []
@@ -382,8 +354,7 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
     finally:
         for s in servers:
             s.stop()
-    res = {name: {c: median_level(lv) for c, lv in by_c.items() if lv} for name, by_c in runs.items()}
-    print_report(model, ns, levels, mode, res, sg)
+    print_report(model, ns, levels, mode, runs, sg)
 
 
 def main() -> int:
@@ -391,9 +362,8 @@ def main() -> int:
     p.add_argument("--sizes", default="100m", help="demo models to build: tiny, 100m (comma-separated)")
     p.add_argument("--model-dir", type=Path, action="append", default=[], help="MLX model dir (repeatable)")
     p.add_argument("--concurrency", default="1,2,4,8,16")
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--prompt-tokens", type=int, default=128)
+    for flag, default in (("--tokens", 128), ("--repeats", 1), ("--prompt-tokens", 128)):
+        p.add_argument(flag, type=int, default=default)
     p.add_argument("--skulk-config", type=Path, help="skulk.yaml copied into the node's home")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--no-skulk", action="store_true")
