@@ -28,7 +28,10 @@ class FailReason(StrEnum):
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # prompt + max_tokens beyond the context: 400
     BAD_REQUEST = "bad_request"  # the prompt cannot be built (template, empty): 400
     ENGINE_ERROR = "engine_error"  # an exception while generating this request: 500
-    OUT_OF_STEP = "out_of_step"  # the ranks of a sharded instance disagree: 500
+
+
+REFUSALS = frozenset({FailReason.BUSY, FailReason.CONTEXT_LENGTH_EXCEEDED, FailReason.BAD_REQUEST})
+"""The runner's own verdict on a request (never a symptom of a lost rank or runner)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -91,8 +91,8 @@ def parse(body: Any) -> TaskParams:
         if not isinstance(value, bool):
             raise ApiError(400, f"{name} must be a boolean")
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ApiError(400, "seed must be an integer")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
+        raise ApiError(400, "seed must be an integer between -2**63 and 2**63 - 1")
     return TaskParams(
         model=model, messages=tuple(messages), max_tokens=max_tokens or 0, stream=stream,
         temperature=_number(body, "temperature", 0.0, 2.0), top_p=_number(body, "top_p", 0.0, 1.0),

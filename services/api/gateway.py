@@ -23,7 +23,7 @@ from skulk.services.api.replica import StateReplica
 from skulk.wire import endpoints
 from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, STREAM_STALLED, Reply
 from skulk.wire.errors import WireError
-from skulk.wire.inference import Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
+from skulk.wire.inference import REFUSALS, Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket, recv, send
 from skulk.wire.state import SERVING_KINDS, TaskParams
@@ -160,10 +160,12 @@ class Gateway:
                 except (zmq.Again, WireError):
                     continue
                 if getattr(msg, "request_id", None) == request_id:  # else: an earlier request's leftover
-                    last_msg = last_out = time.monotonic()
+                    last_msg = time.monotonic()
+                    if not (isinstance(msg, Progress) and msg.phase == "queued"):  # the client sees nothing of it
+                        last_out = last_msg
                     if isinstance(msg, TokenChunk):
                         got_token = True
-                    if isinstance(msg, Failed):
+                    if isinstance(msg, Failed) and msg.reason not in REFUSALS:  # a refusal is no symptom
                         msg = self._explain(msg, instance_id, runner_id, endpoint)
                     yield msg
                     if isinstance(msg, (Done, Failed)):

@@ -6,6 +6,7 @@ facts go to the leader. Tokens never pass through here. See docs/architecture.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import time
 import uuid
@@ -19,6 +20,7 @@ from skulk.services.master.desk import CommandDesk
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.loads import RunnerLoads
+from skulk.services.master.peer_links import MAX_PEER_FRAME, PeerLinks
 from skulk.services.master import saved_state
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.replication import SessionLog, seed
@@ -40,7 +42,6 @@ from skulk.wire.state import (RESTART_GRACE_S, IndexedEvent, NodeRestarting, Run
 from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.master")
-MAX_PEER_FRAME = 64 * 1024 * 1024
 ANNOUNCE_INTERVAL_S = 0.5
 
 
@@ -55,7 +56,7 @@ class Master:
         self.state = State()
         self.log: SessionLog | None = None
         self.roster = Roster()
-        self.peers: dict[str, zmq.Socket[Any]] = {}
+        self.peers = PeerLinks(loop, ns.node_id, self.on_peer)
         self.desk = CommandDesk()
         self.local_runners: dict[str, RunnerStatus] = {}
         self.loads = RunnerLoads()
@@ -108,11 +109,7 @@ class Master:
         return self.peers.get(leader) if leader and leader != self.node_id and self.election.session else None
 
     def to_peers(self, msg: Message) -> None:
-        for sock in self.peers.values():
-            try:
-                send(sock, msg, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                pass
+        self.peers.broadcast(msg)
 
     def emit(self, events: list[Message]) -> None:
         """Leader only: index, apply, publish locally, push to followers."""
@@ -280,8 +277,9 @@ class Master:
             if isinstance(msg, RunnerReport):
                 self.local_runners[msg.runner_id] = msg.status
                 self.runner_fact(msg.runner_id, msg.status)
-                if (load := self.loads.on_report(msg)) and (to := self.leader_sock()):  # routing's
-                    send(to, load, flags=zmq.NOBLOCK)
+                if (load := self.loads.on_report(msg, time.monotonic())) and (to := self.leader_sock()):
+                    with contextlib.suppress(zmq.Again):  # routing's; resent anyway
+                        send(to, load, flags=zmq.NOBLOCK)
             elif isinstance(msg, ChildLifecycle) and (status := process_ended(msg, self.node_id)):
                 self.local_runners[msg.child_id] = status
                 self.runner_fact(msg.child_id, status)
@@ -317,16 +315,7 @@ class Master:
 
     def membership(self, msg: Membership) -> None:
         members = {m.info.node_id: m for m in msg.members}
-        for node_id, member in members.items():
-            if node_id != self.node_id and node_id not in self.peers:
-                self.peers[node_id] = make_socket(self.loop.ctx, zmq.DEALER, hwm=10000,
-                                                  max_msg_bytes=MAX_PEER_FRAME,
-                                                  connect=member.master_endpoint)
-                self.loop.add_reader(self.peers[node_id], self.on_peer)
-        for node_id in [n for n in self.peers if n not in members]:
-            sock = self.peers.pop(node_id)
-            self.loop.remove_reader(sock)
-            sock.close(0)
+        self.peers.sync(members)
         self.roster.members = members
         self.act(self.election.on_membership(frozenset(members), time.monotonic(),
                                              self.state.last_event_applied_idx))
@@ -345,9 +334,7 @@ class Master:
         reply: Message = CommandAccepted(command_id=cmd.command_id, message="restart_sent")
         if cmd.node_id == self.node_id:
             reply = self.keeper.restart_node(cmd.command_id)
-        elif cmd.node_id in self.peers:
-            send(self.peers[cmd.node_id], cmd, flags=zmq.NOBLOCK)
-        else:
+        elif not self.peers.send(cmd.node_id, cmd):
             reply = CommandRejected(command_id=cmd.command_id, status=404, message=f"Unknown node {cmd.node_id}")
         if envelope is not None:
             send_routed(self.local, envelope, reply)
@@ -375,6 +362,7 @@ class Master:
 
     def every_second(self) -> None:
         self.publish_head()
+        self.loads.forget(set(self.state.runners))
         self.refresh_nodes()
         self.back_from_restart()
         if not self.election.is_leader:  # re-send local facts the leader has not indexed yet

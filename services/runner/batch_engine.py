@@ -120,7 +120,8 @@ class MlxBatchEngine:
         if cache is None or len(prompt) - len(rest) < MIN_REUSE:
             return None, prompt
         if not rest:  # the whole prompt is cached: feed its last token again
-            trim_prompt_cache(cache, 1)
+            if trim_prompt_cache(cache, 1) != 1:  # a cache that cannot trim (state-space layers)
+                return None, prompt
             rest = prompt[-1:]
         return cache, list(rest)
 

@@ -41,6 +41,7 @@ class Batcher:
         self.running: dict[int, Session] = {}  # by engine uid
         self.by_request: dict[str, Session] = {}
         self.removes: list[int] = []  # uids to take out of the batch at the next step
+        self.failed_joiners: list[Out] = []  # answers for requests whose insert failed this step
         self.seq = 0
 
     # ---- load ------------------------------------------------------------------------------
@@ -130,7 +131,17 @@ class Batcher:
         """Apply the plan's removals and inserts to the engine; the `RankStep` for the other
         ranks, with the prefix-cache hits they must find too."""
         self.engine.remove(plan.step.removes)
-        cached = self.engine.insert(plan.step.inserts)
+        try:
+            cached = self.engine.insert(plan.step.inserts)
+        except Exception as exc:  # noqa: BLE001 - nothing was inserted: the joiners fail, nobody else
+            log.exception("requests could not join the batch")
+            self.failed_joiners = [(s.envelope, Failed(request_id=s.request_id, retryable=False,
+                                                       error=f"{type(exc).__name__}: {exc}",
+                                                       reason=FailReason.ENGINE_ERROR)) for s in plan.joiners]
+            for session in plan.joiners:
+                session.done = True
+                self.by_request.pop(session.request_id, None)
+            return replace(plan.step, inserts=())
         for session, ins, hit in zip(plan.joiners, plan.step.inserts, cached):
             session.on_inserted(ins.uid, hit, self.engine.detokenizer(), now)
             self.running[ins.uid] = session
@@ -140,13 +151,13 @@ class Batcher:
         """One engine step; its tokens become the sessions' messages. An engine error fails the
         whole batch (it cannot be pinned on one row); an error in one session's text or
         logprobs fails that session only."""
+        outs, self.failed_joiners = self.failed_joiners, []
         try:
             out = self.engine.step()
         except Exception as exc:  # noqa: BLE001
             log.exception("batch step failed; failing its %d requests", len(self.running))
-            return self._fail_all(f"{type(exc).__name__}: {exc}")
+            return outs + self._fail_all(f"{type(exc).__name__}: {exc}")
         now = now_fn()
-        outs: list[Out] = []
         for p in out.prompts:
             if (s := self.running.get(p.uid)) is not None and p.done < p.total:
                 outs.append((s.envelope, Progress(request_id=s.request_id, phase="prefill",

@@ -88,6 +88,6 @@ def _kernels() -> tuple[Any, Any]:
                 else scores + mask
         weights = exp_shifted(scores, mx.max(scores, axis=-1, keepdims=True))
         weights = weights / mx.sum(weights, axis=-1, keepdims=True)
-        return (weights @ values[:, :, None]).reshape(b, heads, length, dim)
+        return (weights @ values[:, :, None]).reshape(b, heads, length, values.shape[-1])
 
     return attention, swiglu

@@ -15,9 +15,14 @@ from typing import Any
 
 import zmq
 
+from skulk.wire import codec
 from skulk.wire.errors import WireError
 from skulk.wire.inference import RankHello, RankStep
-from skulk.wire.sockets import make_socket, recv, recv_routed, send
+from skulk.wire.sockets import make_socket, recv_routed, send
+
+
+MAX_STEP_BYTES = 1 << 30
+"""A step carries every joiner's prompt ids (about 4 bytes a token): 16 prompts of 1M tokens fit."""
 
 
 class FollowerUnreachable(RuntimeError):
@@ -26,7 +31,7 @@ class FollowerUnreachable(RuntimeError):
 
 class Leader:
     def __init__(self, ctx: zmq.Context[Any], listen: str, port: str, followers: int) -> None:
-        self.sock = make_socket(ctx, zmq.ROUTER, hwm=0, bind=f"tcp://{listen}:{port}")
+        self.sock = make_socket(ctx, zmq.ROUTER, hwm=0, max_msg_bytes=MAX_STEP_BYTES, bind=f"tcp://{listen}:{port}")
         self.expected = followers
         self.peers: list[bytes] = []
 
@@ -46,8 +51,6 @@ class Leader:
                 self.peers.append(envelope[0])
 
     def broadcast(self, step: RankStep) -> None:
-        from skulk.wire import codec
-
         frame = codec.encode(step)
         for peer in self.peers:
             try:
@@ -58,7 +61,7 @@ class Leader:
 
 class Follower:
     def __init__(self, ctx: zmq.Context[Any], control: str, rank: int) -> None:
-        self.sock = make_socket(ctx, zmq.DEALER, hwm=0)
+        self.sock = make_socket(ctx, zmq.DEALER, hwm=0, max_msg_bytes=MAX_STEP_BYTES)
         self.sock.setsockopt(zmq.ROUTING_ID, f"rank{rank}".encode())
         self.sock.connect(f"tcp://{control}")
         send(self.sock, RankHello(rank=rank))
@@ -69,8 +72,9 @@ class Follower:
         out: list[RankStep] = []
         while True:
             try:
-                msg = recv(self.sock, flags=zmq.NOBLOCK)
+                frame = self.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return out
+            msg = codec.decode(frame, max_bytes=MAX_STEP_BYTES)
             if isinstance(msg, RankStep):
                 out.append(msg)

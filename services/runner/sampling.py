@@ -28,7 +28,7 @@ def make(temperature: float, top_p: float, top_k: int, min_p: float, seed: int) 
     import mlx.core as mx
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
-    state = {"key": mx.random.key(seed)}
+    state = {"key": mx.random.key(seed % (1 << 63))}  # any int64 seed (mlx wants 0 <= key < 2**64)
     scale = 1.0 / temperature
 
     def sample(logprobs: Any) -> Any:
@@ -36,7 +36,7 @@ def make(temperature: float, top_p: float, top_k: int, min_p: float, seed: int) 
             logprobs = apply_top_p(logprobs, top_p)
         if min_p > 0.0:
             logprobs = apply_min_p(logprobs, min_p)
-        if top_k > 0:
+        if 0 < top_k < logprobs.shape[-1]:  # top_k >= the vocabulary keeps every token
             logprobs = apply_top_k(logprobs, top_k)
         state["key"], sub = mx.random.split(state["key"])
         return mx.random.categorical(logprobs * scale, key=sub)

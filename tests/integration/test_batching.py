@@ -83,6 +83,11 @@ def test_a_seeded_sampled_request_repeats_exactly(serving):
     assert replies[0][1]["choices"][0]["message"]["content"] == first
     other_seed = complete(serving.url, {**seeded, "seed": 43})[1]["choices"][0]["message"]["content"]
     assert other_seed != first
+    # Any int64 seed and any top_k are served (a top_k beyond the vocabulary filters nothing);
+    # a seed beyond int64 is the client's error.
+    assert complete(serving.url, {**seeded, "seed": -1, "top_k": 10**6})[0] == 200
+    status, reply = complete(serving.url, {**seeded, "seed": 2**70})
+    assert status == 400 and "seed" in reply["error"]["message"]
 
 
 def test_a_repeated_system_prompt_is_reused_and_changes_nothing(serving, nodes, demo_model):

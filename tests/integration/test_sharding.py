@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.integration.batch_clients import all_at_once, body, compare, complete, max_logprob_gap, prompt, tokens_of
+from tests.integration import batch_clients as bc
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.harness import wait_until
 from tests.integration.conftest import DEMO_DIR
@@ -76,8 +76,8 @@ def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
     iid, took, _ = place_and_wait(b, [a, b], {"model_id": MODEL})
     print(f"place -> ready, 1 node: {took:.2f}s")
     single = {p: greedy(a, p) for p in PROMPTS}
-    batch = [body(prompt(i), 16) for i in range(8)]
-    single_batch = [tokens_of(complete(a.url, p)[1]) for p in batch]
+    batch = [bc.body(bc.prompt(i), 16) for i in range(8)]
+    single_batch = [bc.tokens_of(bc.complete(a.url, p)[1]) for p in batch]
     assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
     for sharding in ("Pipeline", "Tensor"):
         iid, took, inst = place_and_wait(a, [a, b], {"model_id": MODEL, "sharding": sharding, "min_nodes": 2})
@@ -94,12 +94,12 @@ def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
             got = greedy(b, p)
             assert [t for t, _ in got] == [t for t, _ in single[p]], (sharding, p)
             assert [lp for _, lp in got] == pytest.approx([lp for _, lp in single[p]], abs=2e-3)
-        together = all_at_once(b.url, batch)
+        together = bc.all_at_once(b.url, batch)
         for i, (status, reply) in enumerate(together):
             assert status == 200, reply
-            assert compare(single_batch[i], tokens_of(reply), 2e-3) == "", (sharding, i)
-        print(f"{sharding} x2: 8 concurrent requests, tokens identical to one node's, largest logprob "
-              f"difference {max(max_logprob_gap(x, tokens_of(r)) for x, (_, r) in zip(single_batch, together)):.2e}")
+            assert bc.compare(single_batch[i], bc.tokens_of(reply), 2e-3) == "", (sharding, i)
+        gap = max(bc.max_logprob_gap(x, bc.tokens_of(r)) for x, (_, r) in zip(single_batch, together))
+        print(f"{sharding} x2: 8 concurrent requests, tokens identical to one node's, largest logprob difference {gap:.2e}")
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 

@@ -214,3 +214,24 @@ def test_a_cancel_during_a_long_prefill_stops_it_within_one_chunk():
     b.admit_plan(plan, 0.0)
     assert plan.step.removes == (0,) and engine.active() == 0
     assert b.run_step(lambda: 1.0) == [] and b.plan() is None
+
+
+def test_requests_that_cannot_join_fail_alone_and_the_batch_goes_on():
+    class Refusing(FakeEngine):
+        def insert(self, inserts):  # e.g. a sampler the library refuses
+            if any(len(i.prompt) == 3 for i in inserts):
+                raise ValueError("cannot insert")
+            return super().insert(inserts)
+
+    engine = Refusing()
+    b = Batcher(engine, Limits(max_batch=4, queue_max=0))
+    b.on_generate(env("a"), gen("a", "fine prompt", max_tokens=4), 0.0)
+    b.admit_plan(b.plan(), 0.0)
+    b.run_step(lambda: 1.0)
+    b.on_generate(env("x"), gen("x", "bad", max_tokens=4), 0.0)
+    step = b.admit_plan(b.plan(), 0.0)
+    assert step.inserts == ()  # the other ranks insert nothing either
+    first = b.run_step(lambda: 1.0)
+    assert [(e[0], type(m).__name__) for e, m in first if e[0] == b"x"] == [(b"x", "Failed")]
+    rest = run(b)
+    assert isinstance(rest["a"][-1], Done) and b.pending == 0

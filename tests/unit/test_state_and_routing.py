@@ -256,3 +256,17 @@ def test_runner_plan_starts_nothing_while_the_node_is_marked_restarting():
     assert plan(marked, "n1", {"runner-orphan"}, Path("/m"), "h", "h") == ([], ["runner-orphan"])
     cleared = run(marked, [NodeRestarting(node_id="n1", until=0.0)])
     assert [s.runner_id for s in plan(cleared, "n1", set(), Path("/m"), "h", "h")[0]] == [rid]
+
+
+def test_runner_loads_pass_changes_at_once_and_the_same_load_again_after_a_while():
+    from skulk.services.master.loads import RESEND_S, RunnerLoads
+    from skulk.wire.events import RunnerReport
+
+    loads = RunnerLoads()
+    report = RunnerReport(runner_id="r1", instance_id="i", status=RunnerStatus(kind="RunnerReady"), active=3, waiting=1)
+    assert loads.on_report(report, 0.0).active == 3 and loads.get("r1") == 4
+    assert loads.on_report(report, 1.0) is None  # unchanged: not again at once
+    assert loads.on_report(replace(report, active=0), 1.5).active == 0  # changed: at once
+    assert loads.on_report(replace(report, active=0), 1.5 + RESEND_S) is not None  # a lost message heals
+    loads.forget({"other"})
+    assert loads.get("r1") == 0 and loads.on_report(report, 2.0) is not None
