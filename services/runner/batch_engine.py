@@ -51,6 +51,7 @@ class MlxBatchEngine:
         self.tokenizer: Any = None
         self.gen: Any = None
         self.prefix: Any = None
+        self.joined = 0  # requests inserted since the last step
 
     # ---- boot ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -105,6 +106,7 @@ class MlxBatchEngine:
                                all_tokens=prefixes,
                                samplers=[sampling.make(i.temperature, i.top_p, i.top_k, i.min_p, i.seed)
                                          for i in inserts])
+        self.joined += len(inserts)
         if list(uids) != [i.uid for i in inserts]:
             raise RuntimeError(f"batch uids {uids} differ from the plan's {[i.uid for i in inserts]}")
         return cached
@@ -132,7 +134,8 @@ class MlxBatchEngine:
     def step(self) -> StepOutput:
         gen = self.gen
         prefilling = len(gen._prompt_batch) + min(len(gen._unprocessed_sequences), self.max_batch)  # noqa: SLF001
-        gen.prefill_step_size = prefill_share(self.prefill_chunk, prefilling)
+        gen.prefill_step_size = prefill_share(self.prefill_chunk, prefilling, self.joined)
+        self.joined = 0
         prompt_responses, generation_responses = gen.next()
         prompts = [PromptProgress(r.uid, r.progress[0], r.progress[1]) for r in prompt_responses]
         tokens = []

@@ -57,6 +57,7 @@ def test_the_prefill_budget_is_shared_so_a_step_stays_bounded():
     assert scheduler.prefill_share(256, 16) == 32  # never below the floor
     assert scheduler.prefill_share(256, 0) == 256
     assert max(n * scheduler.prefill_share(256, n) for n in range(1, 17)) == 512
+    assert scheduler.prefill_share(256, 1, joined=1) == 32  # a burst's first step is short
 
 
 def test_context_checks_count_tokens_and_refuse_huge_prompts_before_tokenizing():
