@@ -98,13 +98,18 @@ def test_route_skips_an_instance_on_a_node_restarting_in_place_until_its_new_ima
     assert isinstance(route(cleared, "skulk/demo-tiny"), Route)
 
 
-def test_route_prefers_the_least_loaded_ready_instance():
+def two_ready_instances() -> State:
     state, _, _ = placed()
     state = run(state, handle(state, PlaceInstance(command_id="c2", card=CARD), ids()).events)
     for rid in {r for i in state.instances.values() for r in i.runner_to_shard}:
         state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(
             kind="RunnerReady", endpoint=f"tcp://127.0.0.1:{len(rid)}"))])
     assert len(state.instances) == 2
+    return state
+
+
+def test_route_prefers_the_least_loaded_ready_instance():
+    state = two_ready_instances()
     out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
     busy = out.reply.instance_id
     state = run(state, out.events)
@@ -113,11 +118,7 @@ def test_route_prefers_the_least_loaded_ready_instance():
 
 
 def test_route_follows_the_load_runners_report_and_it_adds_no_events():
-    state, _, _ = placed()
-    state = run(state, handle(state, PlaceInstance(command_id="c2", card=CARD), ids()).events)
-    for rid in {r for i in state.instances.values() for r in i.runner_to_shard}:
-        state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(
-            kind="RunnerReady", endpoint=f"tcp://127.0.0.1:{len(rid)}"))])
+    state = two_ready_instances()
     first, second = sorted(state.instances)
     rank0 = {iid: next(iter(state.instances[iid].runner_to_shard)) for iid in (first, second)}
     for busy, idle in ((first, second), (second, first)):  # the reported load decides, not the id
