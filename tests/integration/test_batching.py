@@ -185,3 +185,15 @@ def test_the_api_holds_64_streams_at_once(nodes, demo_model):
     outcomes = load.join(120)
     assert together, "the 64 streams were never all producing at once\n" + summary(outcomes)
     assert all(o.done and not o.error and o.finish_reason in ("length", "stop") for o in outcomes), summary(outcomes)
+
+
+def test_top_logprobs_inside_a_batch_are_each_requests_own(serving):
+    payloads = [body(prompt(70 + i), 6, top_logprobs=3) for i in range(3)] + [body(prompt(80), 6, logprobs=False)]
+    replies = all_at_once(serving.url, payloads)
+    for status, reply in replies[:3]:
+        assert status == 200, reply
+        for entry in reply["choices"][0]["logprobs"]["content"]:
+            tops = entry["top_logprobs"]
+            assert len(tops) == 3 and tops[0]["bytes"] == entry["bytes"]  # greedy: the chosen token leads
+            assert [t["logprob"] for t in tops] == sorted((t["logprob"] for t in tops), reverse=True)
+    assert replies[3][0] == 200 and replies[3][1]["choices"][0]["logprobs"] is None
