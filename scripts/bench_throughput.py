@@ -30,6 +30,7 @@ import http.client
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import statistics
@@ -169,14 +170,15 @@ class Server:
     """A server process in its own session (killed by process group), with its log in a file."""
 
     def __init__(self, name: str, argv: list[str], port: int, model: str, log: Path,
-                 ready: Callable[[Server], None]) -> None:
+                 ready: Callable[[Server], None], piped: bool = False) -> None:
         self.name, self.argv, self.port, self.model, self.log, self._ready = name, argv, port, model, log, ready
+        self.piped = piped  # its output is read for the ready line (`wait_line`), then logged
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, warm_prompt: str, tokens: int) -> None:
         with self.log.open("ab") as f:
-            self.proc = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, env=ENV,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE if self.piped else f, bufsize=0,
+                                         stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
         self._ready(self)
         warm = Client()
         stream_chat(self.port, self.model, warm_prompt, tokens, None, warm)
@@ -194,20 +196,23 @@ class Server:
                 self.proc.wait(timeout=30)
         self.proc = None
 
-    def wait_http(self, deadline_s: float = 300.0) -> None:
-        """Poll GET /v1/models until it answers (the model itself loads on the first request)."""
+    def wait_line(self, marker: bytes, deadline_s: float = 300.0) -> None:
+        """Read the server's output (an unbuffered pipe: `select` must see every byte) until it
+        prints `marker`, then copy the rest to the log file from a daemon thread."""
+        assert self.proc is not None and self.proc.stdout is not None
+        out, log, seen = self.proc.stdout, self.log.open("ab", buffering=0), b""
         deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}")
-            with (contextlib.closing(http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)) as conn,
-                  contextlib.suppress(OSError, http.client.HTTPException)):
-                conn.request("GET", "/v1/models")
-                if conn.getresponse().status == 200:
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.name} did not answer within {deadline_s:.0f}s")
+        while marker not in seen:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([out], [], [], left)[0]:
+                raise TimeoutError(f"{self.name} did not print {marker!r} within {deadline_s:.0f}s")
+            chunk = out.read(65536)
+            if not chunk:
+                raise RuntimeError(f"{self.name} exited with {self.proc.wait()}")
+            log.write(chunk)
+            seen = seen[-len(marker):] + chunk
+        threading.Thread(target=lambda: [log.write(c) for c in iter(lambda: out.read(65536), b"")],
+                         daemon=True).start()
 
     def idle_cpu(self, seconds: float = 3.0) -> float:
         """CPU percent of one core used by the server's process tree while nobody sends requests."""
@@ -225,8 +230,9 @@ class Server:
 def baseline_server(model_dir: Path, log: Path) -> Server:
     port = free_port()
     argv = [sys.executable, "-c", SERVER_CODE, "--model", str(model_dir), "--host", "127.0.0.1",
-            "--port", str(port), "--max-tokens", "100000", "--log-level", "WARNING"]
-    return Server(BASE, argv, port, "default_model", log, Server.wait_http)
+            "--port", str(port), "--max-tokens", "100000", "--log-level", "INFO"]
+    # mlx_lm.server logs this line once its socket listens (the model loads on the first request)
+    return Server(BASE, argv, port, "default_model", log, lambda s: s.wait_line(b"Starting httpd at"), piped=True)
 
 
 def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None) -> Server:
