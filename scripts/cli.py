@@ -116,9 +116,16 @@ def cmd_model(ns: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from skulk.scripts import demo_model
 
-    path = demo_model.build(_home(ns.home).expanduser().resolve() / "models", seed=ns.seed,
-                            force=ns.force, size=ns.size)
-    print(f"skulk/demo-{ns.size} at {path} (sha256 {demo_model.digest(path)[:16]})")
+    models = _home(ns.home).expanduser().resolve() / "models"
+    if ns.kind == "tools":  # demo-tiny's weights with a tool-calling chat template
+        from skulk.scripts import demo_tools
+
+        base = demo_model.build(models, seed=ns.seed, force=ns.force)
+        path, name = demo_tools.build_tools(models, base, force=ns.force), demo_tools.MODEL_ID
+    else:
+        path = demo_model.build(models, seed=ns.seed, force=ns.force, size=ns.size, kind=ns.kind)
+        name = demo_model.EMBED_ID if ns.kind == "embedding" else f"skulk/demo-{ns.size}"
+    print(f"{name} at {path} (sha256 {demo_model.digest(path)[:16]})")
     return 0
 
 
@@ -158,12 +165,19 @@ def parser() -> argparse.ArgumentParser:
     tap.set_defaults(func=cmd_tap)
     model = sub.add_parser("model", help="model tools")
     model_sub = model.add_subparsers(dest="model_command", required=True)
-    demo = model_sub.add_parser("demo", help="build the deterministic demo model skulk/demo-tiny")
+    demo = model_sub.add_parser("demo", help="build a deterministic demo model (skulk/demo-tiny, "
+                                "skulk/demo-100m, the embedding model skulk/demo-embed, or "
+                                "skulk/demo-tools: demo-tiny with a tool-calling template)")
     demo.add_argument("--home")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--force", action="store_true", help="rebuild even if present")
     demo.add_argument("--size", choices=("tiny", "100m"), default="tiny",
                       help="tiny (plumbing, tests) or 100m (~101M parameters, benchmarks)")
+    from skulk.scripts.demo_model import KINDS  # stdlib-only module: cheap at parse time
+
+    demo.add_argument("--kind", choices=KINDS, default="text",
+                      help="text (a chat model), embedding (skulk/demo-embed) or tools "
+                           "(skulk/demo-tools); --size applies to text only")
     demo.set_defaults(func=cmd_model)
     wait = model_sub.add_parser("wait", help="wait until a model is served by a node")
     wait.add_argument("model")

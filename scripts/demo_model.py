@@ -6,6 +6,10 @@ tokenizer trained offline on a corpus generated here from the Zen of Python with
 RNG (no files from outside, so the same seed gives the same bytes on every machine), and a
 ChatML chat template. Greedy output of random weights is gibberish; it is for plumbing,
 equality checks and benchmarks, not for reading.
+
+`--kind embedding` builds `skulk/demo-embed` the same way: a smaller qwen2 with the same
+tokenizer, plus sentence-transformers' files (`modules.json`, mean pooling, normalisation),
+which make its card an embedding model's (`tasks: TextEmbedding`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,25 @@ SIZES = {"tiny": ARCH,
                   "num_attention_heads": 12, "num_key_value_heads": 4,
                   "max_position_embeddings": 4096}}
 VOCAB_TARGET = 1024
+EMBED_ID = "skulk/demo-embed"
+EMBED_ARCH = {**ARCH, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
+              "num_attention_heads": 4, "num_key_value_heads": 2}
+KINDS = ("text", "embedding", "tools")
+
+
+def sentence_transformers_files(dim: int) -> dict[str, object]:
+    """What marks a directory as an embedding model (sentence-transformers' layout): the
+    transformer, mean pooling over tokens, L2 normalisation."""
+    return {
+        "modules.json": [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}],
+        "config_sentence_transformers.json": {"similarity_fn_name": "cosine", "prompts": {},
+                                              "default_prompt_name": None},
+        "1_Pooling/config.json": {"word_embedding_dimension": dim, "pooling_mode_mean_tokens": True,
+                                  "pooling_mode_cls_token": False, "pooling_mode_max_tokens": False,
+                                  "pooling_mode_lasttoken": False}}
 
 
 def _zen_rot13() -> str:
@@ -82,10 +105,13 @@ def build_tokenizer(out: Path, seed: int, max_length: int = ARCH["max_position_e
     return tok.get_vocab_size()
 
 
-def build(models_dir: Path, seed: int = 0, force: bool = False, size: str = "tiny") -> Path:
-    """Write the model into `<models_dir>/skulk--demo-<size>` (atomically) and return its path."""
-    arch = SIZES[size]
-    target = models_dir / f"skulk--demo-{size}"
+def build(models_dir: Path, seed: int = 0, force: bool = False, size: str = "tiny",
+          kind: str = "text") -> Path:
+    """Write the model into `<models_dir>/skulk--demo-<size>` (`skulk--demo-embed` for the
+    embedding kind), atomically, and return its path."""
+    embedding = kind == "embedding"
+    arch = EMBED_ARCH if embedding else SIZES[size]
+    target = models_dir / ("skulk--demo-embed" if embedding else f"skulk--demo-{size}")
     if target.is_dir() and (target / "config.json").is_file() and not force:
         return target
     import mlx.core as mx
@@ -98,7 +124,7 @@ def build(models_dir: Path, seed: int = 0, force: bool = False, size: str = "tin
         vocab = build_tokenizer(work, seed, arch["max_position_embeddings"])
         tokenizer = json.loads((work / "tokenizer.json").read_text())["added_tokens"]
         eos = next(t["id"] for t in tokenizer if t["content"] == "<|im_end|>")
-        config = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+        config = {"model_type": "qwen2", "architectures": ["Qwen2Model" if embedding else "Qwen2ForCausalLM"],
                   "vocab_size": vocab, "torch_dtype": "float32", "eos_token_id": eos, **arch}
         mx.random.seed(seed)
         model = qwen2.Model(qwen2.ModelArgs.from_dict(config))
@@ -106,6 +132,9 @@ def build(models_dir: Path, seed: int = 0, force: bool = False, size: str = "tin
         mx.eval(model.parameters())
         save_model(work, model)
         (work / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        for name, content in (sentence_transformers_files(arch["hidden_size"]) if embedding else {}).items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_text(json.dumps(content, indent=2, sort_keys=True))
         if target.exists():
             shutil.rmtree(target)
         work.rename(target)

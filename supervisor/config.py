@@ -57,6 +57,7 @@ class NodeConfig:
     trace_retention_days: float = 3.0
     place: tuple[str, ...] = ()
     config_path: Path | None = None
+    hf_token: str | None = field(default=None, repr=False)  # a secret: kept out of logs
 
 
 # yaml section -> {yaml key: (NodeConfig field, type)}
@@ -78,6 +79,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "tracing": {"retention_days": ("trace_retention_days", float)},
 }
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
+_TOP: dict[str, tuple[str, type]] = {"hf_token": ("hf_token", str)}
+"""Top-level scalar keys (upstream's `hf_token`: a secret, never shown or synced; see config_file)."""
 
 _ENV: dict[str, tuple[str, type]] = {
     "SKULK_API_PORT": ("api_port", int),
@@ -87,6 +90,13 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_WARMUP_DEADLINE_SECONDS": ("warmup_deadline_s", float),
     "SKULK_GROUP_CONNECT_DEADLINE_SECONDS": ("group_connect_deadline_s", float),
 }
+
+
+def yaml_fields() -> dict[str, str]:
+    """Every setting of the file by its YAML path (`runner.max_batch`; a budget section and
+    `hf_token` are one setting each) -> its NodeConfig field."""
+    out = {f"{section}.{key}": name for section, keys in _YAML.items() for key, (name, _) in keys.items()}
+    return out | dict(_BUDGETS) | {key: name for key, (name, _) in _TOP.items()}
 
 
 def default_home() -> Path:
@@ -121,31 +131,52 @@ def _from_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return from_mapping(data, str(path))
+
+
+def from_mapping(data: Any, where: str) -> dict[str, Any]:
+    """A parsed `skulk.yaml` as NodeConfig field values; `where` prefixes every error (the
+    file, or `config` for `PUT /config`, which validates with exactly this)."""
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
+        raise ConfigError(f"{where}: top level must be a mapping")
     out: dict[str, Any] = {}
     for section, body in data.items():
+        if section in _TOP:
+            name, kind = _TOP[section]
+            if body is not None:
+                out[name] = _typed(body, kind, f"{where}: {section}")
+            continue
         if section in _BUDGETS:
             if not isinstance(body, dict) or set(body) - {"intensity", "period_s"}:
-                raise ConfigError(f"{path}: {section} takes intensity and period_s only")
+                extra = sorted(set(body) - {"intensity", "period_s"}) if isinstance(body, dict) else []
+                named = f"unknown key {section}.{extra[0]}: " if extra else ""
+                raise ConfigError(f"{where}: {named}{section} takes intensity and period_s only")
             out[_BUDGETS[section]] = Budget(
-                intensity=_typed(body.get("intensity", 3), int, f"{path}: {section}.intensity"),
-                period_s=_typed(body.get("period_s", 60.0), float, f"{path}: {section}.period_s"))
+                intensity=_typed(body.get("intensity", 3), int, f"{where}: {section}.intensity"),
+                period_s=_typed(body.get("period_s", 60.0), float, f"{where}: {section}.period_s"))
             continue
         keys = _YAML.get(section)
         if keys is None:
-            raise ConfigError(f"{path}: unknown section {section!r} (known: "
-                              f"{', '.join(sorted([*_YAML, *_BUDGETS]))})")
+            raise ConfigError(f"{where}: unknown section {section!r} (known: "
+                              f"{', '.join(sorted([*_YAML, *_BUDGETS, *_TOP]))})")
         if not isinstance(body, dict):
-            raise ConfigError(f"{path}: section {section!r} must be a mapping")
+            raise ConfigError(f"{where}: section {section!r} must be a mapping")
         for key, value in body.items():
             if key not in keys:
-                raise ConfigError(f"{path}: unknown key {section}.{key}")
+                raise ConfigError(f"{where}: unknown key {section}.{key}")
             name, kind = keys[key]
-            out[name] = _typed(value, kind, f"{path}: {section}.{key}")
+            out[name] = _typed(value, kind, f"{where}: {section}.{key}")
     return out
+
+
+def validate(data: Any, home: Path, where: str = "config") -> NodeConfig:
+    """The node's config from this mapping and the defaults alone (what the file means, without
+    environment or command line), with the same checks as at start: `ConfigError` names the key."""
+    cfg = replace(NodeConfig(home=home), **from_mapping(data, where))
+    _check(cfg)
+    return cfg
 
 
 def load(home: Path | None = None, config_path: Path | None = None,

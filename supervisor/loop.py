@@ -52,10 +52,10 @@ class NodeLoop:
                                   run_dir=self.run_dir, extra_args=extra)
 
     def _emit(self, child_id: str, sup: str, event: str, pid: int | None, restarts: int,
-              detail: str) -> None:
+              detail: str, exit_code: int | None = None) -> None:
         publish(self.events, EVT_SUPERVISOR, ChildLifecycle(
             child_id=child_id, supervisor=sup, event=event, pid=pid, restarts=restarts,
-            detail=detail), suffix=child_id)
+            detail=detail, exit_code=exit_code), suffix=child_id)
 
     def _root_done(self, _id: str, code: int, _now: float) -> None:
         self.exit_code = code

@@ -69,6 +69,8 @@ def run_node(cfg: NodeConfig) -> int:
     # process (same PID): it keeps its id, so peers see it come back rather than a new node.
     node_id = os.environ.pop(INPLACE_NODE_ID, "") or secrets.token_hex(8)
     log.info("node id %s", node_id)
+    if cfg.hf_token:  # upstream: `hf_token` becomes HF_TOKEN (unless set) for every child
+        os.environ.setdefault("HF_TOKEN", cfg.hf_token)
     loop = NodeLoop(cfg, build_tree(cfg, node_id), run)
     code = loop.run()
     if code == exitcodes.ESCALATED:

@@ -24,8 +24,8 @@ from skulk.wire.control import ChildStatus
 log = logging.getLogger("skulk.supervisor")
 
 Spawn = Callable[[ChildSpec, str, tuple[str, ...]], ChildProcess]
-Emit = Callable[[str, str, str, "int | None", int, str], None]
-"""emit(child_id, supervisor_id, event, pid, restarts, detail)"""
+Emit = Callable[..., None]
+"""emit(child_id, supervisor_id, event, pid, restarts, detail[, exit_code])"""
 
 
 @dataclass
@@ -149,11 +149,11 @@ class Supervisor:
             "escalated" if returncode == exitcodes.ESCALATED else "stopped")
         if prev == "stopping":
             log.info("%s stopped (pid %s, %s)", child_id, pid, detail)
-            self.emit(child_id, self.spec.id, "stopped", pid, slot.restarts, detail)
+            self.emit(child_id, self.spec.id, "stopped", pid, slot.restarts, detail, returncode)
             self._drive(now)
             return
         log.warning("%s exited unexpectedly (pid %s, %s, was %s)", child_id, pid, detail, prev)
-        self.emit(child_id, self.spec.id, "exited", pid, slot.restarts, detail)
+        self.emit(child_id, self.spec.id, "exited", pid, slot.restarts, detail, returncode)
         if self.terminating or any(child_id in op.restarting for op in self._ops):
             self._drive(now)
             return

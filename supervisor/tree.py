@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.wire.version import skulk_version
@@ -21,12 +23,19 @@ ranks inside a collective (longer on a loaded machine): runners get at least 10 
 
 
 
+def config_file(cfg: NodeConfig) -> Path:
+    """The file `GET`/`PUT /config` and the cluster sync edit: the one the node was started
+    with (`--config`, `$SKULK_CONFIG`, `<home>/skulk.yaml`), else `<home>/skulk.yaml`."""
+    return (cfg.config_path or cfg.home / "skulk.yaml").absolute()
+
+
 def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
     """Each role's own slice of the configuration, as command-line arguments."""
     if role == "api":
         return ("--listen", cfg.listen, "--port", str(cfg.api_port), "--node-id", node_id,
                 "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads),
-                "--keepalive", repr(cfg.api_keepalive_s), "--stall-timeout", repr(cfg.api_stall_timeout_s))
+                "--keepalive", repr(cfg.api_keepalive_s), "--stall-timeout", repr(cfg.api_stall_timeout_s),
+                "--config-file", str(config_file(cfg)))
     if role == "gossip":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
                 "--master-port", str(cfg.cluster_port + 1), "--node-id", node_id,
@@ -36,7 +45,7 @@ def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
     if role == "master":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1), "--node-id", node_id,
                 "--election-timeout", repr(cfg.election_timeout_s),
-                "--recreate-backoff", repr(cfg.recreate_backoff_s),
+                "--recreate-backoff", repr(cfg.recreate_backoff_s), "--config-file", str(config_file(cfg)),
                 *(a for m in cfg.place for a in ("--place", m)))
     if role == "janitor":
         return ("--trace-retention-days", repr(cfg.trace_retention_days))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from skulk.wire.commands import Command, Reply
+from skulk.wire.config_sync import SetConfig
 from skulk.wire.message import Message
 from skulk.wire.state import Event, IndexedEvent, NodeInfo, State
 
@@ -112,7 +113,7 @@ class RunnerLoad(Message):
 class ForwardCommand(Message):
     TYPE: ClassVar[str] = "cluster.forward_command"
     node_id: str
-    command: Command
+    command: Command | SetConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

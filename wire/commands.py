@@ -7,6 +7,7 @@ with the reply it gave the first time, so retries are idempotent.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from skulk.wire.message import Message
@@ -20,6 +21,9 @@ SESSION_CHANGED = ("The cluster session changed (master failover) while this req
 NO_INSTANCE = "No instance found for model {model}"
 NO_READY_INSTANCE = "No ready instance for model {model} yet ({kinds}); retry shortly"
 """Routing's immediate answers (404, 503): a request never waits for an instance."""
+NOT_EMBEDDING = "Model {model} is not an embedding model"
+NOT_GENERATIVE = "Model {model} is an embedding model: use /v1/embeddings"
+"""A request for the wrong kind of model (400), decided on the card's `tasks`."""
 INSTANCE_DELETED = "The request was cancelled because its instance was deleted"
 INSTANCE_LOST = "The instance executing this request was lost (node disconnected or instance deleted)"
 RUNNER_LOST = "Runner shutdown before completing command ({detail})"
@@ -29,18 +33,22 @@ with its node, whose runner died, or whose stream stalled (the master's `TaskFai
 API's error say the same)."""
 
 
-def error_type(message: str) -> str:
-    """The machine-readable kind of a request's error (`TaskFailed.error_type`), whichever side
-    noticed it first: the master (instance lost, runner failed) or the API (link, stall)."""
-    if message == INSTANCE_LOST:
-        return "instance_lost"
-    if message.startswith(RUNNER_LOST.split("{", 1)[0]):
-        return "runner_failed"
-    if message == SESSION_CHANGED:
-        return "session_changed"
-    if message.startswith(STREAM_STALLED.split("{", 1)[0]):
-        return "stalled"
-    return "runner_error"
+class RejectReason(StrEnum):
+    """Why the master refused a command; the API decides on this, never on the message."""
+
+    BAD_COMMAND = "bad_command"  # malformed or not a command: 400
+    NO_INSTANCE = "no_instance"  # no instance of that model: 404
+    NOT_READY = "not_ready"  # instances exist, none serves yet: 503
+    PLACEMENT_REFUSED = "placement_refused"  # placement impossible as asked: 400
+    TOO_FEW_NODES = "too_few_nodes"  # fewer nodes than min_nodes (the cluster may still be forming)
+    UNKNOWN_INSTANCE = "unknown_instance"  # 404
+    UNKNOWN_NODE = "unknown_node"  # 404
+    NOT_LEADER = "not_leader"  # asked a master that no longer leads: wait for the next one
+    NO_LEADER = "no_leader"  # no leader answered in time: 503
+    SESSION_CHANGED = "session_changed"  # the leader went away with the command in flight: 503
+    RESTART_PENDING = "restart_pending"  # 409
+    INVALID_CONFIG = "invalid_config"  # `PUT /config` with a bad key or value: 422
+    WRONG_TASK = "wrong_task"  # the model does not serve this kind of request (embedding vs text): 400
 
 
 RESTART_PENDING = "restart_already_pending"
@@ -76,6 +84,17 @@ class TextGeneration(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TextEmbedding(Message):
+    """Route one embedding request to an instance of an embedding model. No task is created:
+    the request is one short exchange with the runner (its load report counts it)."""
+
+    TYPE: ClassVar[str] = "command.text_embedding"
+    command_id: str
+    owner_node: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskCancelled(Message):
     TYPE: ClassVar[str] = "command.task_cancelled"
     command_id: str
@@ -89,6 +108,7 @@ class TaskFinished(Message):
     finished_command_id: str
     failed: bool = False
     error_message: str = ""
+    reason: str = ""  # a FailReason when failed: the task's `error_type`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,11 +143,12 @@ class CommandRejected(Message):
     command_id: str
     status: int
     message: str
+    reason: str = RejectReason.BAD_COMMAND  # a RejectReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Routed(Message):
-    """Where a TextGeneration goes: the rank-0 runner's ROUTER endpoint."""
+    """Where a TextGeneration or TextEmbedding goes: the rank-0 runner's ROUTER endpoint."""
 
     TYPE: ClassVar[str] = "reply.routed"
     command_id: str
@@ -144,5 +165,6 @@ class StateSnapshot(Message):
     state: State
 
 
-Command = PlaceInstance | DeleteInstance | TextGeneration | TaskCancelled | TaskFinished | SnapshotRequest
+Command = (PlaceInstance | DeleteInstance | TextGeneration | TextEmbedding | TaskCancelled | TaskFinished
+           | SnapshotRequest)
 Reply = CommandAccepted | CommandRejected | Routed | StateSnapshot

@@ -33,6 +33,7 @@ class ChildLifecycle(Message):
     pid: int | None
     restarts: int
     detail: str = ""
+    exit_code: int | None = None  # exited / stopped: the return code (negative: the signal)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,6 +6,10 @@ its bounded wait queue) or `Failed` (refused: `reason` says why, e.g. `busy` or
 slow runner from a dead one), `TokenChunk` with `seq` 0, 1, 2 ..., and ends with exactly one
 `Done` or `Failed`. `Cancel` removes it from the batch within one step.
 
+A runner of an embedding model takes `Embed` instead: it answers one `Embeddings` per group of
+inputs it has run (a slice `start ..` of the request's inputs, so frames stay small and the API
+hears from a busy runner) or one `Failed`; it refuses `Generate`, as a text model refuses `Embed`.
+
 Between the ranks of a sharded instance, rank 0's scheduling decisions travel as `RankStep`
 over ROUTER -> DEALER on TCP (never PUB/SUB: a lost or reordered decision would desynchronise
 the ranks' batches); `RankHello` is a follower's first frame, so rank 0 can address it.
@@ -18,16 +22,25 @@ from enum import StrEnum
 from typing import ClassVar
 
 from skulk.wire.message import Message
-from skulk.wire.state import TaskParams
+from skulk.wire.state import TaskParams, ToolCall
 
 
 class FailReason(StrEnum):
-    """Why a runner refused or ended a request; the API decides the HTTP status on this."""
+    """Why a request was refused or ended: the runner's verdict, or what the API or the master
+    saw happen to its runner. Status codes, `TaskFailed.error_type` and retries are decided on
+    this value; the message beside it is for people."""
 
     BUSY = "busy"  # batch and wait queue full: 503, retry
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # prompt + max_tokens beyond the context: 400
     BAD_REQUEST = "bad_request"  # the prompt cannot be built (template, empty): 400
     ENGINE_ERROR = "engine_error"  # an exception while generating this request: 500
+    INSTANCE_LOST = "instance_lost"  # its node left the cluster, or its instance vanished
+    INSTANCE_DELETED = "instance_deleted"  # an operator deleted its instance
+    RUNNER_FAILED = "runner_failed"  # its runner process (or a rank of it) died or restarted
+    SESSION_CHANGED = "session_changed"  # master failover while the command was in flight
+    STALLED = "stalled"  # no output for api.stall_timeout_s after the first token
+    NO_OUTPUT = "no_output"  # no first token within the first-token deadline
+    CANCELLED = "cancelled"  # the client, or `POST /v1/cancel/{id}`, cancelled it
 
 
 REFUSALS = frozenset({FailReason.BUSY, FailReason.CONTEXT_LENGTH_EXCEEDED, FailReason.BAD_REQUEST})
@@ -85,6 +98,8 @@ class TokenChunk(Message):
     logprob: float | None = None
     token_bytes: bytes = b""
     top_logprobs: tuple[TopLogprob, ...] = ()
+    reasoning: bool = False  # thinking text (between the model's think markers): `reasoning_content`
+    tool_calls: tuple[ToolCall, ...] = ()  # calls parsed from the output, sent once, at the end
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +114,7 @@ class Done(Message):
     generation_tps: float
     peak_memory_bytes: int
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache (not prefilled)
+    stop_string: str = ""  # the client's stop string that ended it ("" for EOS or length)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +123,30 @@ class Failed(Message):
     request_id: str
     error: str
     retryable: bool = True
-    reason: str = ""  # a FailReason where the runner knows it; "" for a lost runner or link
+    reason: str = FailReason.ENGINE_ERROR  # a FailReason: what the API's status and type are decided on
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Embed(Message):
+    """Embed every input (for `POST /v1/embeddings`)."""
+
+    TYPE: ClassVar[str] = "inference.embed"
+    request_id: str
+    task_id: str
+    inputs: tuple[str, ...]
+    dimensions: int = 0  # 0: the model's width; n: the first n components, normalised again
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Embeddings(Message):
+    """The vectors of inputs `start .. start + len(vectors)`: each is little-endian float32
+    bytes (what OpenAI's base64 carries), L2-normalised."""
+
+    TYPE: ClassVar[str] = "inference.embeddings"
+    request_id: str
+    start: int
+    vectors: tuple[bytes, ...]
+    prompt_tokens: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +173,7 @@ class RankInsert(Message):
     min_p: float
     seed: int
     cached: int
+    grammar: str = ""  # the request's output grammar: every rank masks its logits alike
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

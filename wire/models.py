@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
@@ -15,6 +16,18 @@ from skulk.wire.message import Message
 TENSOR_FAMILIES = frozenset({"qwen2", "qwen3", "llama", "mistral", "phi3", "gemma2", "gemma3",
                              "deepseek_v2", "deepseek_v3", "qwen3_moe", "olmo2", "glm4"})
 """Families whose mlx-lm model class implements `shard(group)` (tensor parallelism)."""
+
+
+class ModelTask(StrEnum):
+    """What a model serves (upstream's card `tasks`): routes and runners decide on this."""
+
+    TEXT_GENERATION = "TextGeneration"
+    TEXT_EMBEDDING = "TextEmbedding"
+
+
+EMBEDDING_MARKERS = ("config_sentence_transformers.json", "modules.json")
+"""sentence-transformers' files: a model directory holding one is an embedding model (as
+mlx-community's embedding conversions and the demo embedding model are)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,7 +42,11 @@ class ModelCard(Message):
     context_length: int
     family: str
     quantization: str
-    tasks: tuple[str, ...] = ("TextGeneration",)
+    tasks: tuple[str, ...] = (ModelTask.TEXT_GENERATION.value,)
+
+    @property
+    def is_embedding(self) -> bool:
+        return ModelTask.TEXT_EMBEDDING in self.tasks
 
 
 class ModelDirError(ValueError):
@@ -48,6 +65,10 @@ def model_id_of(directory: Path) -> str:
     if not sep or not org or not name:
         raise ModelDirError(f"{directory.name}: expected a directory named <org>--<name>")
     return f"{org}/{name}"
+
+
+def is_embedding_dir(directory: Path) -> bool:
+    return any((directory / marker).is_file() for marker in EMBEDDING_MARKERS)
 
 
 def card_from_dir(directory: Path) -> ModelCard:
@@ -86,7 +107,8 @@ def card_from_dir(directory: Path) -> ModelCard:
         num_key_value_heads=int(kv) if isinstance(kv, int) else None,
         supports_tensor=family in TENSOR_FAMILIES,
         context_length=int(text.get("max_position_embeddings") or 0),
-        family=family, quantization=quantization)
+        family=family, quantization=quantization,
+        tasks=((ModelTask.TEXT_EMBEDDING if is_embedding_dir(directory) else ModelTask.TEXT_GENERATION).value,))
 
 
 def scan(models_dir: Path) -> tuple[dict[str, ModelCard], dict[str, str]]:

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from skulk.wire.commands import PlaceInstance
+from skulk.wire.commands import PlaceInstance, RejectReason
 from skulk.wire.models import ModelCard
 from skulk.wire.state import Instance, NodeInfo, ShardMeta, State
 
@@ -33,8 +33,9 @@ covers these ports too)."""
 
 @dataclass(frozen=True, slots=True)
 class PlacementError:
-    status: int  # 400 refused, 503 info pending
+    status: int  # 400 refused
     message: str
+    reason: RejectReason = RejectReason.PLACEMENT_REFUSED
 
 
 def kv_bytes(n_layers: int, kv_heads: int | None, tokens: int = KV_TOKENS) -> int:
@@ -98,13 +99,16 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
         return PlacementError(400, f"Unknown instance_meta {cmd.instance_meta!r} (MlxRing or MlxJaccl)")
     if cmd.min_nodes < 1:
         return PlacementError(400, "min_nodes must be at least 1")
+    if card.is_embedding and cmd.min_nodes > 1:  # the embedding runner has no lock-step ranks
+        return PlacementError(400, f"{card.model_id} is an embedding model: it runs on one node "
+                                   f"(min_nodes=1), not across {cmd.min_nodes}")
     nodes = sorted(state.nodes)
     if len(nodes) < cmd.min_nodes:
         return PlacementError(400, f"The topology has only {len(nodes)} node(s); a placement with "
-                                   f"min_nodes={cmd.min_nodes} is impossible")
+                                   f"min_nodes={cmd.min_nodes} is impossible", RejectReason.TOO_FEW_NODES)
     excluded = set(cmd.excluded_nodes) & set(nodes)
     rings = [r for k in range(cmd.min_nodes, len(nodes) + 1) for r in itertools.combinations(nodes, k)]
-    rings = [r for r in rings if not excluded & set(r)]
+    rings = [r for r in rings if not excluded & set(r) and (len(r) == 1 or not card.is_embedding)]
     if not rings:
         return PlacementError(400, f"All cycles of at least {cmd.min_nodes} node(s) touch an excluded "
                                    f"node ({len(excluded)} node(s) excluded). Check the excluded_nodes "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from skulk.wire.config_sync import ConfigChanged
 from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
                               NodeRestarting, NodeTimedOut, RecreationAbandoned,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
@@ -58,6 +59,8 @@ def _apply(state: State, event: object) -> State:
             t, status="Failed", error_type=event.error_type, error_message=event.error_message))
     if isinstance(event, TaskDeleted):
         return replace(state, tasks={k: v for k, v in state.tasks.items() if k != event.task_id})
+    if isinstance(event, ConfigChanged):
+        return replace(state, config=event.config)
     if isinstance(event, NodeGatheredInfo):
         return replace(state, nodes={**state.nodes, event.info.node_id: event.info})
     if isinstance(event, NodeRestarting):  # `until` 0: the node is back

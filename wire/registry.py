@@ -8,6 +8,7 @@ from __future__ import annotations
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, ChildStatus, Heartbeat
 from skulk.wire import cluster as cl
 from skulk.wire import commands as cmd
+from skulk.wire import config_sync as cs
 from skulk.wire import inference as inf
 from skulk.wire import state as st
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
@@ -28,17 +29,19 @@ ALL: tuple[type[Message], ...] = (
     RunnerReport,
     # models and replicated state
     ModelCard,
-    st.ShardMeta, st.Instance, st.RunnerStatus, st.ChatMessage, st.TaskParams, st.Task,
+    st.ShardMeta, st.Instance, st.RunnerStatus, st.ToolCall, st.ChatMessage, st.TaskParams, st.Task,
     st.NodeInfo, st.DeletionNote, st.State,
     *st.EVENT_TYPES,
     st.IndexedEvent, st.StateHead,
     # commands to the master and its replies
-    cmd.PlaceInstance, cmd.DeleteInstance, cmd.TextGeneration, cmd.TaskCancelled,
+    cmd.PlaceInstance, cmd.DeleteInstance, cmd.TextGeneration, cmd.TextEmbedding, cmd.TaskCancelled,
     cmd.TaskFinished, cmd.SnapshotRequest, cmd.RestartNode,
     cmd.CommandAccepted, cmd.CommandRejected, cmd.Routed, cmd.StateSnapshot,
+    # the cluster-wide skulk.yaml (its event is in st.EVENT_TYPES)
+    cs.ClusterConfig, cs.SetConfig,
     # data plane: API <-> runner
     inf.Generate, inf.Cancel, inf.Started, inf.Progress, inf.TopLogprob, inf.TokenChunk,
-    inf.Done, inf.Failed, inf.RankHello, inf.RankInsert, inf.RankStep,
+    inf.Done, inf.Failed, inf.Embed, inf.Embeddings, inf.RankHello, inf.RankInsert, inf.RankStep,
     # node to node
     cl.PeerHello, cl.Member, cl.Membership, cl.Campaign, cl.LeaderAnnounce, cl.EventBatch,
     cl.ReplayRequest, cl.SnapshotPush, cl.LocalEvent, cl.RunnerLoad, cl.ForwardCommand, cl.ForwardedReply,

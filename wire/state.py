@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from skulk.wire.config_sync import ClusterConfig, ConfigChanged
 from skulk.wire.message import Message
 from skulk.wire.models import ModelCard
 
@@ -61,6 +62,19 @@ class RunnerStatus(Message):
     error_message: str = ""
     endpoint: str = ""
     node_id: str = ""
+    exit_code: int | None = None  # RunnerFailed: the process's exit code where it ended (86: wedged)
+    orderly: bool = False  # RunnerFailed: its own node stopped it on purpose (plan, shutdown, restart)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall(Message):
+    """A function call the model made (parsed by mlx-lm's tool parser on rank 0), or one an
+    assistant message carries back in; `arguments` is JSON text, as OpenAI sends it."""
+
+    TYPE: ClassVar[str] = "state.tool_call"
+    id: str
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +82,9 @@ class ChatMessage(Message):
     TYPE: ClassVar[str] = "state.chat_message"
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls, given back in a multi-turn chat
+    tool_call_id: str = ""  # role "tool": the call this result answers
+    name: str = ""  # role "tool": the function's name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +104,11 @@ class TaskParams(Message):
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    prompt: str = ""  # a raw prompt (legacy completions, Ollama `raw`): tokenized as is, no chat template
+    grammar: str = ""  # an llguidance grammar (from `response_format`) the output must follow
+    tools: str = ""  # the request's `tools` as JSON text, for the chat template ("" for none)
+    enable_thinking: bool | None = None  # passed to the chat template where it takes it
+    reasoning_effort: str = ""  # passed to the chat template where it takes it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,6 +176,7 @@ class State(Message):
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     deleted: dict[str, DeletionNote] = field(default_factory=dict)
     restarting: dict[str, float] = field(default_factory=dict)  # node id -> kept until (wall clock)
+    config: ClusterConfig | None = None  # the cluster-wide skulk.yaml, once `PUT /config` set one
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -250,9 +273,11 @@ class NodeGatheredInfo(Message):
 
 
 Event = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
-         | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting)
+         | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting
+         | ConfigChanged)
 EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, RunnerStatusUpdated, TaskCreated,
-               TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut, NodeRestarting)
+               TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut, NodeRestarting,
+               ConfigChanged)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gunicorn.util
@@ -76,8 +77,9 @@ def report_ready_from_worker(runtime: ChildRuntime, worker: Any) -> None:
 
 class ApiApplication(BaseApplication):
     def __init__(self, runtime: ChildRuntime, sock: socket.socket, workers: int, threads: int,
-                 graceful_s: float, node_id: str, timing: StreamTiming) -> None:
+                 graceful_s: float, node_id: str, timing: StreamTiming, config_file: str = "") -> None:
         self.runtime = runtime
+        self.config_file = config_file
         self.node_id = node_id
         self.timing = timing
         self.sock = sock
@@ -105,7 +107,8 @@ class ApiApplication(BaseApplication):
 
     def load(self) -> Any:
         args = self.runtime.args
-        return create_app(args.home, args.run_dir, self.node_id, self.timing)
+        return create_app(args.home, args.run_dir, self.node_id, self.timing,
+                          Path(self.config_file) if self.config_file else None)
 
     def run(self) -> None:
         SupervisedArbiter.runtime = self.runtime
@@ -132,6 +135,7 @@ def main() -> None:
     p.add_argument("--node-id", required=True)
     p.add_argument("--stall-timeout", type=float, default=StreamTiming.stall_s)
     p.add_argument("--keepalive", type=float, default=StreamTiming.keepalive_s)
+    p.add_argument("--config-file", default="")  # the node's skulk.yaml (GET/PUT /config)
     ns = p.parse_args(args.rest)
     # A private context: gunicorn forks workers after this, and they must not share it.
     runtime = ChildRuntime("api", args, ctx=zmq.Context())
@@ -143,7 +147,8 @@ def main() -> None:
         log.error("api cannot listen on %s:%d: %s", ns.listen, ns.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
     ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0, node_id=ns.node_id,
-                   timing=StreamTiming(stall_s=ns.stall_timeout, keepalive_s=ns.keepalive)).run()
+                   timing=StreamTiming(stall_s=ns.stall_timeout, keepalive_s=ns.keepalive),
+                   config_file=ns.config_file).run()
 
 
 main()

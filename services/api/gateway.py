@@ -23,7 +23,8 @@ from skulk.services.api.replica import StateReplica
 from skulk.wire import endpoints
 from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, STREAM_STALLED, Reply
 from skulk.wire.errors import WireError
-from skulk.wire.inference import REFUSALS, Cancel, Done, Failed, Generate, Progress, Started, TokenChunk
+from skulk.wire.inference import (REFUSALS, Cancel, Done, Embed, Embeddings, Failed, FailReason, Generate,
+                                  Progress, Started, TokenChunk)
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket, recv, send
 from skulk.wire.state import SERVING_KINDS, TaskParams
@@ -68,6 +69,16 @@ def _link_dropped(monitor: zmq.Socket[Any]) -> bool:
         except zmq.Again:
             return dropped
         dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED
+
+
+def _own_reply(sock: zmq.Socket[Any], request_id: str) -> Message | None:
+    """The next reply on a DEALER if it is this request's; None for a bad frame or an earlier
+    request's leftover (a thread's DEALER serves its requests one after another)."""
+    try:
+        msg = recv(sock, flags=zmq.NOBLOCK)
+    except (zmq.Again, WireError):
+        return None
+    return msg if getattr(msg, "request_id", None) == request_id else None
 
 
 class Gateway:
@@ -136,17 +147,24 @@ class Gateway:
         except zmq.ZMQError:
             pass
 
+    def _send(self, endpoint: str, msg: Message) -> tuple[zmq.Socket[Any], zmq.Socket[Any], zmq.Poller]:
+        """Send a request to a runner on this thread's DEALER; its poller watches the replies
+        and the link monitor (an earlier incarnation's drop says nothing about this request)."""
+        sock, monitor = self._dealer(endpoint)
+        _link_dropped(monitor)
+        send(sock, msg)
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        return sock, monitor, poller
+
     def stream(self, endpoint: str, request_id: str, task_id: str, instance_id: str,
                runner_id: str, params: TaskParams, context_limit: int = 0,
                default_max_tokens: bool = False) -> Iterator[Message | KeepAlive]:
         """Started / Progress / TokenChunk ... then exactly one Done or Failed (or KeepAlive)."""
-        sock, monitor = self._dealer(endpoint)
-        _link_dropped(monitor)  # an earlier incarnation's drop says nothing about this request
-        send(sock, Generate(request_id=request_id, task_id=task_id, params=params, context_limit=context_limit,
-                            default_max_tokens=default_max_tokens))
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(monitor, zmq.POLLIN)
+        sock, monitor, poller = self._send(endpoint, Generate(
+            request_id=request_id, task_id=task_id, params=params, context_limit=context_limit,
+            default_max_tokens=default_max_tokens))
         now = time.monotonic()
         last_msg = last_out = now
         first_by = now + FIRST_TOKEN_S
@@ -155,24 +173,22 @@ class Gateway:
         while True:
             ready = dict(poller.poll(int(SLICE_S * 1000)))
             if sock in ready:
-                try:
-                    msg = recv(sock, flags=zmq.NOBLOCK)
-                except (zmq.Again, WireError):
-                    continue
-                if getattr(msg, "request_id", None) == request_id:  # else: an earlier request's leftover
+                if (msg := _own_reply(sock, request_id)) is not None:
                     last_msg = time.monotonic()
                     if not (isinstance(msg, Progress) and msg.phase == "queued"):  # the client sees nothing of it
                         last_out = last_msg
                     if isinstance(msg, TokenChunk):
                         got_token = True
-                    if isinstance(msg, Failed) and msg.reason not in REFUSALS:  # a refusal is no symptom
+                    if isinstance(msg, Failed) and msg.reason not in REFUSALS \
+                            and msg.reason != FailReason.CANCELLED:  # the runner's verdict is no symptom
                         msg = self._explain(msg, instance_id, runner_id, endpoint)
                     yield msg
                     if isinstance(msg, (Done, Failed)):
                         return
             elif monitor in ready and _link_dropped(monitor):  # its output is drained first
                 self._forget(endpoint)
-                yield self._explain(Failed(request_id=request_id, error=RUNNER_LOST.format(detail=LINK_LOST)),
+                yield self._explain(Failed(request_id=request_id, error=RUNNER_LOST.format(detail=LINK_LOST),
+                                           reason=FailReason.RUNNER_FAILED),
                                     instance_id, runner_id, endpoint, wait_s=LINK_EXPLAIN_S)
                 return
             now = time.monotonic()
@@ -182,19 +198,63 @@ class Gateway:
             lost = self._lost(instance_id, runner_id, endpoint)
             if lost:
                 self._forget(endpoint)
-                yield Failed(request_id=request_id, error=lost)
+                yield Failed(request_id=request_id, reason=lost[0], error=lost[1])
                 return
             if got_token and now - last_msg > self.timing.stall_s:
                 self.cancel(endpoint, request_id)  # nobody will read the rest
-                yield Failed(request_id=request_id, error=STREAM_STALLED.format(seconds=self.timing.stall_s))
+                yield Failed(request_id=request_id, reason=FailReason.STALLED,
+                             error=STREAM_STALLED.format(seconds=self.timing.stall_s))
                 return
             if not got_token and now > first_by:
                 self.cancel(endpoint, request_id)
-                yield Failed(request_id=request_id, error=f"No output within {FIRST_TOKEN_S:.0f}s")
+                yield Failed(request_id=request_id, reason=FailReason.NO_OUTPUT,
+                             error=f"No output within {FIRST_TOKEN_S:.0f}s")
                 return
             if now - last_out >= self.timing.keepalive_s:
                 last_out = now
                 yield KeepAlive()
+
+    def embed(self, endpoint: str, request_id: str, task_id: str, instance_id: str, runner_id: str,
+              inputs: tuple[str, ...], dimensions: int = 0, idle_s: float = FIRST_TOKEN_S) -> Embeddings | Failed:
+        """Send one `Embed` and gather its parts into one `Embeddings` (all inputs, in order), or
+        the `Failed`: the runner's, its loss (link, state, checked every slice as `stream`
+        does), or `idle_s` without a part (it may be queued behind other requests)."""
+        sock, monitor, poller = self._send(endpoint, Embed(request_id=request_id, task_id=task_id,
+                                                           inputs=inputs, dimensions=dimensions))
+        parts: dict[int, Embeddings] = {}
+        last = next_check = time.monotonic()
+        while True:
+            ready = dict(poller.poll(int(SLICE_S * 1000)))
+            if sock in ready:
+                if (msg := _own_reply(sock, request_id)) is None:
+                    continue
+                last = time.monotonic()
+                if isinstance(msg, Failed):
+                    lost = msg.reason not in REFUSALS and msg.reason != FailReason.CANCELLED
+                    return self._explain(msg, instance_id, runner_id, endpoint) if lost else msg
+                if isinstance(msg, Embeddings):
+                    parts[msg.start] = msg
+                    if sum(len(p.vectors) for p in parts.values()) >= len(inputs):
+                        ordered = [parts[k] for k in sorted(parts)]
+                        return Embeddings(request_id=request_id, start=0,
+                                          vectors=tuple(v for p in ordered for v in p.vectors),
+                                          prompt_tokens=sum(p.prompt_tokens for p in ordered))
+            elif monitor in ready and _link_dropped(monitor):
+                self._forget(endpoint)
+                return self._explain(Failed(request_id=request_id, error=RUNNER_LOST.format(detail=LINK_LOST),
+                                            reason=FailReason.RUNNER_FAILED),
+                                     instance_id, runner_id, endpoint, wait_s=LINK_EXPLAIN_S)
+            now = time.monotonic()
+            if now < next_check:
+                continue
+            next_check = now + SLICE_S
+            if lost_why := self._lost(instance_id, runner_id, endpoint):
+                self._forget(endpoint)
+                return Failed(request_id=request_id, reason=lost_why[0], error=lost_why[1])
+            if now - last > idle_s:
+                self.cancel(endpoint, request_id)
+                return Failed(request_id=request_id, reason=FailReason.NO_OUTPUT,
+                              error=f"No embeddings from the runner within {idle_s:.0f}s")
 
     def _explain(self, failed: Failed, instance_id: str, runner_id: str, endpoint: str,
                  wait_s: float = EXPLAIN_S) -> Failed:
@@ -204,41 +264,43 @@ class Gateway:
         while True:
             lost = self._lost(instance_id, runner_id, endpoint)
             if lost:
-                return Failed(request_id=failed.request_id, error=lost, retryable=failed.retryable)
+                return Failed(request_id=failed.request_id, reason=lost[0], error=lost[1],
+                              retryable=failed.retryable)
             left = deadline - time.monotonic()
             state = self.replica.get(timeout=0)
             if left <= 0 or state is None:
                 return failed
             self.replica.wait_change(state.last_event_applied_idx, left)
 
-    def _lost(self, instance_id: str, runner_id: str, endpoint: str) -> str:
-        """Why this stream can no longer complete, or "" while its runner still serves it.
+    def _lost(self, instance_id: str, runner_id: str, endpoint: str) -> tuple[FailReason, str] | None:
+        """Why this stream can no longer complete, or None while its runner still serves it.
 
         Checked by incarnation, not only by status: a runner that crashed and was restarted
         (same id, new process, new endpoint) cannot finish a request the old one started.
         """
         state = self.replica.get(timeout=0)
         if state is None:
-            return ""
+            return None
+        runner_lost = FailReason.RUNNER_FAILED
         inst = state.instances.get(instance_id)
         if inst is None:
             cause = note.cause if (note := state.deleted.get(instance_id)) else ""
             if cause == "operator":
-                return INSTANCE_DELETED
+                return FailReason.INSTANCE_DELETED, INSTANCE_DELETED
             if cause == "runner_failed":  # deleted to be re-created
-                return RUNNER_LOST.format(detail=note.reason)  # type: ignore[union-attr]
-            return INSTANCE_LOST
+                return runner_lost, RUNNER_LOST.format(detail=note.reason)  # type: ignore[union-attr]
+            return FailReason.INSTANCE_LOST, INSTANCE_LOST
         if self.replica.departed.intersection(inst.node_to_runner):
-            return INSTANCE_LOST
+            return FailReason.INSTANCE_LOST, INSTANCE_LOST
         for rid in inst.runner_to_shard:  # every rank must still serve: they run one loop
             status = state.runners.get(rid)
             if status is None:
-                return RUNNER_LOST.format(detail="no status")
+                return runner_lost, RUNNER_LOST.format(detail="no status")
             if status.kind == "RunnerFailed":
-                return RUNNER_LOST.format(detail=status.error_message or "failed")
+                return runner_lost, RUNNER_LOST.format(detail=status.error_message or "failed")
             if status.kind not in SERVING_KINDS or (rid == runner_id and status.endpoint != endpoint):
-                return RUNNER_LOST.format(detail=f"it restarted and is now {status.kind}")
-        return ""
+                return runner_lost, RUNNER_LOST.format(detail=f"it restarted and is now {status.kind}")
+        return None
 
 
 __all__ = ["Gateway", "KeepAlive", "MasterUnavailable", "Started", "Progress"]

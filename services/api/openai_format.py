@@ -1,20 +1,12 @@
-"""OpenAI / upstream Skulk response shapes and SSE framing (pure)."""
+"""OpenAI chat completion shapes as upstream Skulk frames them (pure)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from skulk.wire.inference import Done, Failed, FailReason, TokenChunk
-
-
-def sse_comment(text: str) -> bytes:
-    return f": {text}\n\n".encode()
-
-
-def sse_data(obj: Any) -> bytes:
-    payload = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
+from skulk.services.api.schema import INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
+from skulk.wire.inference import Done, TokenChunk
+from skulk.wire.state import ToolCall
 
 
 DONE = b"data: [DONE]\n\n"
@@ -44,6 +36,10 @@ def stream_chunk(command_id: str, model: str, created: int, content: str | None,
     """One `data:` chunk exactly as upstream frames it (object is "chat.completion")."""
     lp = token_logprob(chunk) if chunk is not None else None
     delta: dict[str, Any] = {"role": "assistant", "content": content}
+    if chunk is not None and chunk.reasoning:  # thinking text: its own field, as upstream
+        delta = {"role": "assistant", "reasoning_content": content}
+    elif chunk is not None and chunk.tool_calls:  # one chunk with every call
+        delta = {"role": "assistant", "content": None, "tool_calls": tool_calls_json(chunk.tool_calls)}
     return {"id": command_id, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "delta": delta,
                          "logprobs": {"content": [lp]} if lp else None,
@@ -57,15 +53,24 @@ def generation_stats(done: Done) -> dict[str, Any]:
             "peak_memory_usage": {"inBytes": done.peak_memory_bytes}}
 
 
-def completion(command_id: str, model: str, created: int, text: str, chunks: list[TokenChunk],
+def tool_calls_json(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    return [{"id": c.id, "index": i, "type": "function",
+             "function": {"id": c.id, "name": c.name, "arguments": c.arguments}} for i, c in enumerate(calls)]
+
+
+def completion(command_id: str, model: str, created: int, chunks: list[TokenChunk],
                done: Done, want_logprobs: bool) -> dict[str, Any]:
     logprobs = None
     if want_logprobs:
         logprobs = {"content": [lp for c in chunks if (lp := token_logprob(c)) is not None]}
+    text = "".join(c.text for c in chunks if not c.reasoning)
+    reasoning = "".join(c.text for c in chunks if c.reasoning)
+    calls = tuple(call for c in chunks for call in c.tool_calls)
     return {"id": command_id, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0,
                          "message": {"role": "assistant", "content": text,
-                                     "reasoning_content": None, "tool_calls": None},
+                                     "reasoning_content": reasoning or None,
+                                     "tool_calls": tool_calls_json(calls) if calls else None},
                          "logprobs": logprobs, "finish_reason": done.finish_reason}],
             "usage": done_usage(done), "service_tier": None}
 
@@ -74,18 +79,28 @@ def done_usage(done: Done) -> dict[str, Any]:
     return usage(done.prompt_tokens, done.completion_tokens, done.cached_tokens)
 
 
-FAIL_STATUS = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400, FailReason.BAD_REQUEST: 400}
-"""The HTTP status of a runner's refusal or failure, by its reason (anything else: 500)."""
-
-
-def fail_status(failed: Failed) -> int:
-    return FAIL_STATUS.get(failed.reason, 500)  # type: ignore[call-overload]
-
-
 def stream_error(message: str, status: int = 500) -> dict[str, Any]:
     """The SSE error event; client errors (400) are upstream's `invalid_request_error`."""
     if status == 400:
         return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": 400}}
+    if status == 499:
+        return {"error": {"message": message, "type": "cancelled", "param": None, "code": 499}}
     if status == 503:
         return {"error": {"message": message, "type": "ServiceUnavailable", "param": None, "code": 503}}
     return {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
+
+
+USAGE: Schema = obj({"prompt_tokens": INTEGER, "completion_tokens": INTEGER, "total_tokens": INTEGER})
+CHAT_COMPLETION: Schema = obj({
+    "id": STRING, "object": enum("chat.completion"), "created": INTEGER, "model": STRING,
+    "choices": array(obj({"index": INTEGER, "message": obj({"role": enum("assistant"), "content": STRING}),
+                          "logprobs": nullable(obj({"content": array({"type": "object"})})),
+                          "finish_reason": STRING}), min_items=1),
+    "usage": USAGE})
+"""`completion(...)`: a whole (non-streaming) chat completion."""
+GENERATION_STATS: Schema = obj({"prompt_tps": NUMBER, "generation_tps": NUMBER, "prompt_tokens": INTEGER,
+                                "generation_tokens": INTEGER,
+                                "peak_memory_usage": obj({"inBytes": INTEGER})})
+BENCH_COMPLETION: Schema = {**CHAT_COMPLETION, "required": [*CHAT_COMPLETION["required"], "generation_stats"],
+                            "properties": {**CHAT_COMPLETION["properties"], "generation_stats": GENERATION_STATS}}
+"""`POST /bench/chat/completions`: the completion plus `generation_stats`."""

@@ -7,6 +7,8 @@ import datetime as dt
 import time
 from typing import Any
 
+from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, array, enum, map_of, obj,
+                                       tagged)
 from skulk.wire.models import ModelCard
 from skulk.wire.state import Instance, NodeInfo, RunnerStatus, State, Task
 
@@ -121,8 +123,36 @@ def model_entry(card: ModelCard) -> dict[str, Any]:
     return {"id": card.model_id, "object": "model", "created": 0, "owned_by": "skulk",
             "hugging_face_id": card.model_id, "name": card.model_id.split("/", 1)[1],
             "description": "", "context_length": card.context_length,
-            "tags": ["tensor"] if card.supports_tensor else [],
+            "tags": ["tensor"] * card.supports_tensor + ["embedding"] * card.is_embedding,
             "storage_size_megabytes": round(card.storage_size_bytes / 1024 ** 2),
             "supports_tensor": card.supports_tensor, "tasks": list(card.tasks),
             "is_custom": False, "family": card.family, "quantization": card.quantization,
-            "base_model": card.model_id, "capabilities": ["text"]}
+            "base_model": card.model_id, "capabilities": ["embedding" if card.is_embedding else "text"]}
+
+
+# ---- the shapes above as JSON Schemas (published in /api/openapi.json via routes.py) ----------
+MEMORY: Schema = obj({"inBytes": INTEGER})
+CARD: Schema = obj({"modelId": STRING, "storageSize": MEMORY, "nLayers": INTEGER, "hiddenSize": INTEGER,
+                    "supportsTensor": BOOLEAN, "tasks": array(STRING), "family": STRING,
+                    "quantization": STRING, "contextLength": INTEGER})
+INSTANCE: Schema = tagged(r"^[A-Za-z]+Instance$", obj({
+    "instanceId": STRING, "contextTokenLimit": INTEGER,
+    "shardAssignments": obj({"modelId": STRING, "nodeToRunner": map_of(STRING),
+                             "runnerToShard": map_of(tagged(r"^[A-Za-z]+ShardMetadata$", obj({
+                                 "modelCard": CARD, "deviceRank": INTEGER, "worldSize": INTEGER,
+                                 "startLayer": INTEGER, "endLayer": INTEGER})))})}))
+"""`instance_json`: `{"MlxRingInstance": {...}}` (upstream's tagged union)."""
+STATE: Schema = obj({
+    "instances": map_of(INSTANCE), "runners": map_of(tagged(r"^Runner[A-Za-z]+$", ANY_OBJECT)),
+    "tasks": map_of(tagged(r"^[A-Za-z]+$", ANY_OBJECT)), "downloads": ANY_OBJECT, "lastSeen": map_of(STRING),
+    "topology": obj({"nodes": array(STRING), "connections": ANY_OBJECT}), "tracingEnabled": BOOLEAN,
+    "lastEventAppliedIdx": INTEGER, "nodeNetwork": ANY_OBJECT, "nodeMemory": ANY_OBJECT,
+    "nodeIdentities": ANY_OBJECT, "nodeDisk": ANY_OBJECT, "nodeSystem": ANY_OBJECT,
+    "nodeHealth": map_of(obj({"level": enum("ok", "warn", "error"), "reasons": array(ANY_OBJECT)})),
+    "masterNodeId": STRING, "restartingNodes": map_of(STRING), "deletedInstances": ANY_OBJECT})
+"""`state_json`: every top-level key with its type (the inner telemetry maps are open)."""
+MODEL_LIST: Schema = obj({"object": enum("list"), "data": array(obj({
+    "id": STRING, "object": enum("model"), "created": INTEGER, "owned_by": STRING, "name": STRING,
+    "context_length": INTEGER, "supports_tensor": BOOLEAN, "tasks": array(STRING), "family": STRING,
+    "quantization": STRING, "storage_size_megabytes": INTEGER}, {"capabilities": array(STRING)}))})
+"""`/v1/models`: `{"object": "list", "data": [model_entry(...)]}`."""

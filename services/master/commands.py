@@ -8,11 +8,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from skulk.wire.placement import PlacementError, place
+from skulk.services.master.config_sync import set_config
 from skulk.services.master.routing import RouteError, route
-from skulk.wire.commands import (INSTANCE_LOST, RUNNER_LOST, CommandAccepted, CommandRejected,
-                                 DeleteInstance, PlaceInstance, Reply, Routed, SnapshotRequest,
-                                 StateSnapshot, TaskCancelled, TaskFinished, TextGeneration,
-                                 error_type)
+from skulk.wire.config_sync import SetConfig
+from skulk.wire.commands import (INSTANCE_LOST, NOT_EMBEDDING, NOT_GENERATIVE, RUNNER_LOST, CommandAccepted,
+                                 CommandRejected, DeleteInstance, PlaceInstance, Reply, Routed,
+                                 SnapshotRequest, RejectReason, StateSnapshot, TaskCancelled,
+                                 TaskFinished, TextEmbedding, TextGeneration)
+from skulk.wire.inference import FailReason
 from skulk.wire.message import Message
 from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, Instance, InstanceCreated, InstanceDeleted,
                               NodeTimedOut, State, Task, TaskCreated, TaskDeleted, TaskFailed,
@@ -40,7 +43,7 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
         ends: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
                                for t in _open_tasks(state, {instance_id})]
     else:
-        ends = [TaskFailed(task_id=t.task_id, error_type="runner_failed",
+        ends = [TaskFailed(task_id=t.task_id, error_type=FailReason.RUNNER_FAILED,
                            error_message=RUNNER_LOST.format(detail=reason))
                 for t in _open_tasks(state, {instance_id})]
     return [*ends, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause,
@@ -52,7 +55,8 @@ def node_lost_events(state: State, node_id: str, when: float) -> list[Message]:
     node, then `NodeTimedOut` (which removes the node, its instances and their tasks)."""
     log.warning("node %s timed out; removing it and its instances", node_id)
     gone = {i for i, inst in state.instances.items() if node_id in inst.node_to_runner}
-    return [*(TaskFailed(task_id=t.task_id, error_type="instance_lost", error_message=INSTANCE_LOST)
+    return [*(TaskFailed(task_id=t.task_id, error_type=FailReason.INSTANCE_LOST,
+                         error_message=INSTANCE_LOST)
               for t in _open_tasks(state, gone)),
             NodeTimedOut(node_id=node_id, when=when)]
 
@@ -93,28 +97,57 @@ def _task_of_command(state: State, command_id: str) -> Task | None:
     return next((t for t in state.tasks.values() if t.command_id == command_id), None)
 
 
+def wrong_task(state: State, command_id: str, model: str, embedding: bool) -> CommandRejected | None:
+    """400 when the model's instances serve the other kind of request (decided on the cards)."""
+    cards = [i.card for i in state.instances.values() if i.model_id == model]
+    if not cards or any(c.is_embedding == embedding for c in cards):
+        return None
+    return CommandRejected(command_id=command_id, status=400, reason=RejectReason.WRONG_TASK,
+                           message=(NOT_EMBEDDING if embedding else NOT_GENERATIVE).format(model=model))
+
+
+def route_embedding(state: State, cmd: TextEmbedding, new_id: Callable[[], str],
+                    loads: Mapping[str, int] | None) -> Reply:
+    """Like a TextGeneration's route, without a task (one short exchange with the runner)."""
+    wrong = wrong_task(state, cmd.command_id, cmd.model, embedding=True)
+    if wrong is not None:
+        return wrong
+    found = route(state, cmd.model, loads)
+    if isinstance(found, RouteError):
+        return CommandRejected(command_id=cmd.command_id, status=found.status, message=found.message,
+                               reason=found.reason)
+    return Routed(command_id=cmd.command_id, task_id=new_id(), instance_id=found.instance.instance_id,
+                  runner_id=found.runner_id, endpoint=found.endpoint)
+
+
 def handle(state: State, cmd: Message, new_id: Callable[[], str],
            loads: Mapping[str, int] | None = None) -> Outcome:
+    if isinstance(cmd, SetConfig):  # the cluster-wide skulk.yaml (config_sync.py)
+        return Outcome(*set_config(state, cmd, time.time()))
     if isinstance(cmd, SnapshotRequest):
         return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
     if isinstance(cmd, PlaceInstance):
         placed = place(state, cmd, new_id)
         if isinstance(placed, PlacementError):
             return Outcome(CommandRejected(command_id=cmd.command_id, status=placed.status,
-                                           message=placed.message))
+                                           message=placed.message, reason=placed.reason))
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=placed.instance_id),
                        [InstanceCreated(instance=placed)])
     if isinstance(cmd, DeleteInstance):
         if cmd.instance_id not in state.instances:
             return Outcome(CommandRejected(command_id=cmd.command_id, status=404,
-                                           message="Instance not found"))
+                                           message="Instance not found", reason=RejectReason.UNKNOWN_INSTANCE))
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
                        delete_events(state, cmd.instance_id, DELETED_BY_OPERATOR, time.time(), "operator"))
+    if isinstance(cmd, TextEmbedding):
+        return Outcome(route_embedding(state, cmd, new_id, loads))
     if isinstance(cmd, TextGeneration):
+        if wrong := wrong_task(state, cmd.command_id, cmd.params.model, embedding=False):
+            return Outcome(wrong)
         found = route(state, cmd.params.model, loads)
         if isinstance(found, RouteError):
             return Outcome(CommandRejected(command_id=cmd.command_id, status=found.status,
-                                           message=found.message))
+                                           message=found.message, reason=found.reason))
         task = Task(task_id=new_id(), command_id=cmd.command_id,
                     instance_id=found.instance.instance_id, status="Running",
                     owner_node=cmd.owner_node, params=cmd.params)
@@ -129,7 +162,7 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str],
             if isinstance(cmd, TaskCancelled):
                 events.append(TaskStatusUpdated(task_id=task.task_id, status="Cancelled"))
             elif cmd.failed and task.status != "Failed":  # the API saw it first: the record says so
-                events.append(TaskFailed(task_id=task.task_id, error_type=error_type(cmd.error_message),
+                events.append(TaskFailed(task_id=task.task_id, error_type=cmd.reason or FailReason.ENGINE_ERROR,
                                          error_message=cmd.error_message))
             events.append(TaskDeleted(task_id=task.task_id))
         return Outcome(CommandAccepted(command_id=cmd.command_id), events)

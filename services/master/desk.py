@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from skulk.wire.commands import SESSION_CHANGED, CommandRejected
+from skulk.wire.commands import SESSION_CHANGED, CommandRejected, RejectReason
 from skulk.wire.message import Message
 
 REPLY_CACHE = 1024
@@ -45,7 +45,7 @@ class CommandDesk:
             if now >= held.deadline:
                 del self.held[command_id]
                 out.append((held.envelope, CommandRejected(
-                    command_id=command_id, status=503,
+                    command_id=command_id, status=503, reason=RejectReason.NO_LEADER,
                     message=f"no cluster leader answered within {FORWARD_DEADLINE_S:.0f}s "
                             "(an election may be in progress); please retry")))
         return out
@@ -59,5 +59,6 @@ class CommandDesk:
             if held.envelope is not None:
                 del self.held[command_id]
                 out.append((held.envelope, CommandRejected(command_id=command_id, status=503,
-                                                           message=SESSION_CHANGED)))
+                                                           message=SESSION_CHANGED,
+                                                           reason=RejectReason.SESSION_CHANGED)))
         return out

@@ -11,26 +11,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from skulk.supervisor import exitcodes
 from skulk.wire.events import ChildLifecycle
 from skulk.wire.state import RunnerStatus, State
 
-WEDGE_MARKERS = ("exit code 86", "GPU may be wedged")
+NOT_RETRIED = frozenset({exitcodes.WEDGED})
 """A warmup overrun: the device is likely wedged, a new runner would only wedge again. A ring
 that did not form (exit 87) is re-created instead: new instance id, new ring ports."""
 ENDED = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
-ORDERLY_STOP = "Terminated (stopped by its supervisor"
-"""The cause of a runner its own node stopped on purpose: not a failure to recover from."""
 
 
 def process_ended(msg: ChildLifecycle, node_id: str) -> RunnerStatus | None:
     """A runner process ended, whatever the cause: that incarnation no longer serves."""
     if msg.supervisor != "runners" or msg.event not in ENDED:
         return None
-    if msg.event == "stopped":
-        return RunnerStatus(kind="RunnerFailed", node_id=node_id,
-                            error_message=f"{ORDERLY_STOP}, {msg.detail})")
+    if msg.event == "stopped":  # its own node stopped it on purpose: not a failure to recover from
+        return RunnerStatus(kind="RunnerFailed", node_id=node_id, orderly=True, exit_code=msg.exit_code,
+                            error_message=f"Terminated (stopped by its supervisor, {msg.detail})")
     cause = msg.detail if msg.event == "exited" else msg.event.replace("_", " ")
-    return RunnerStatus(kind="RunnerFailed", node_id=node_id, error_message=f"Terminated ({cause})")
+    return RunnerStatus(kind="RunnerFailed", node_id=node_id, error_message=f"Terminated ({cause})",
+                        exit_code=msg.exit_code if msg.event == "exited" else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +54,11 @@ class RecoveryPolicy:
     backoff_s: float = 0.5
 
 
-def verdict(error: str, earlier: Sequence[float], now: float, policy: RecoveryPolicy) -> Recreate | GiveUp:
+def verdict(failed: RunnerStatus, earlier: Sequence[float], now: float,
+            policy: RecoveryPolicy) -> Recreate | GiveUp:
     """`earlier`: when the instances this one replaces failed (wall clock), oldest first."""
-    if any(marker in error for marker in WEDGE_MARKERS):
+    error = failed.error_message
+    if failed.exit_code in NOT_RETRIED:
         return GiveUp(f"a runner overran its deadline and is not retried: {error}")
     recent = [t for t in earlier if now - t < policy.window_s] + [now]
     if len(recent) >= policy.limit:

@@ -10,29 +10,29 @@ import logging
 from collections.abc import Callable
 
 from skulk.services.master.commands import delete_events, place_again
-from skulk.services.master.failures import ORDERLY_STOP, GiveUp, RecoveryPolicy, lineage_failures, verdict
+from skulk.services.master.failures import GiveUp, RecoveryPolicy, lineage_failures, verdict
 from skulk.wire.message import Message
 from skulk.wire.placement import PlacementError, place
-from skulk.wire.state import InstanceCreated, RecreationAbandoned, State
+from skulk.wire.state import InstanceCreated, RecreationAbandoned, RunnerStatus, State
 
 log = logging.getLogger("skulk.master")
 
 
-def runner_failed(state: State, runner_id: str, error: str, now: float,
+def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float,
                   policy: RecoveryPolicy) -> list[Message]:
     """The events that delete the failed runner's instance (none if it has none, or if its own
     node stopped it: the plan, a shutdown, a restart); `now` is the wall clock, shared by every
     leader's reading of the notes."""
-    if error.startswith(ORDERLY_STOP):
+    if failed.orderly:
         return []
     inst = next((i for i in state.instances.values() if runner_id in i.runner_to_shard), None)
     if inst is None:
         return []
-    decided = verdict(error, lineage_failures(state, inst.instance_id), now, policy)
+    decided = verdict(failed, lineage_failures(state, inst.instance_id), now, policy)
     if isinstance(decided, GiveUp):
         log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, decided.reason)
         return delete_events(state, inst.instance_id, decided.reason, now, "given_up")
-    reason = f"runner {runner_id} failed ({error}); re-creating in {decided.delay_s:.1f}s"
+    reason = f"runner {runner_id} failed ({failed.error_message}); re-creating in {decided.delay_s:.1f}s"
     log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
     return delete_events(state, inst.instance_id, reason, now, "runner_failed",
                          recreate_at=now + decided.delay_s)

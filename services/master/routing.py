@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE
+from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE, RejectReason
 from skulk.wire.state import SERVING_KINDS, Instance, State
 
 
@@ -14,6 +14,7 @@ from skulk.wire.state import SERVING_KINDS, Instance, State
 class RouteError:
     status: int
     message: str
+    reason: RejectReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +50,14 @@ def route(state: State, model_id: str, reported: Mapping[str, int] | None = None
     """The least-loaded serving instance of `model_id`, or an immediate error (never a wait)."""
     candidates = [i for i in state.instances.values() if i.model_id == model_id]
     if not candidates:
-        return RouteError(404, NO_INSTANCE.format(model=model_id))
+        return RouteError(404, NO_INSTANCE.format(model=model_id), RejectReason.NO_INSTANCE)
     ready = [i for i in candidates if serving(state, i)]
     if not ready:
         kinds = sorted({state.runners[r].kind if r in state.runners else "no runner status yet"
                         for i in candidates for r in i.runner_to_shard} |
                        {"node restarting" for i in candidates for n in i.node_to_runner if n in state.restarting})
-        return RouteError(503, NO_READY_INSTANCE.format(model=model_id, kinds=", ".join(kinds)))
+        return RouteError(503, NO_READY_INSTANCE.format(model=model_id, kinds=", ".join(kinds)),
+                          RejectReason.NOT_READY)
     best = min(ready, key=lambda i: (load(state, i.instance_id, reported), i.instance_id))
     rid = rank0(best)
     return Route(best, rid, state.runners[rid].endpoint)

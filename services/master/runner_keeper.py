@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from skulk.services.master.runner_plan import plan
-from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, Reply
+from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, RejectReason, Reply
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.sockets import drain, send
 from skulk.wire.state import IndexedEvent, InstanceCreated, InstanceDeleted, NodeTimedOut, State
@@ -40,7 +40,8 @@ class RunnerKeeper:
         """Ask the supervisor to restart the node in place; a second ask is upstream's 409 (this
         process is replaced by the restart, so the flag lives exactly as long as it must)."""
         if self.restart_asked:
-            return CommandRejected(command_id=command_id, status=409, message=RESTART_PENDING)
+            return CommandRejected(command_id=command_id, status=409, message=RESTART_PENDING,
+                                   reason=RejectReason.RESTART_PENDING)
         log.warning("restarting this node in place (asked through the API)")
         send(self.sup, AdminCommand(verb="restart"), flags=zmq.NOBLOCK)
         self.restart_asked = True

@@ -21,7 +21,7 @@ from skulk.services.master.election import BecomeLeader, Broadcast, Election, Fo
 from skulk.services.master.failures import RecoveryPolicy, process_ended
 from skulk.services.master.loads import RunnerLoads
 from skulk.services.master.peer_links import MAX_PEER_FRAME, PeerLinks
-from skulk.services.master import saved_state
+from skulk.services.master import config_sync, saved_state
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.replication import SessionLog, seed
 from skulk.services.master.roster import Roster
@@ -29,7 +29,7 @@ from skulk.services.master.runner_keeper import RunnerKeeper
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
                                 LocalEvent, Membership, ReplayRequest, RunnerLoad, SnapshotPush)
-from skulk.wire.commands import (CommandAccepted, CommandRejected, RestartNode,
+from skulk.wire.commands import (CommandAccepted, CommandRejected, RejectReason, RestartNode,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, RunnerReport
@@ -65,6 +65,7 @@ class Master:
         self.policy = RecoveryPolicy(backoff_s=ns.recreate_backoff)
         self.deposed: State | None = None  # our state as leader, until the winner's arrives
         self.saved_path = loop.rt.args.run_dir / "master-state.bin"
+        self.config_file = config_sync.ConfigFile(ns.config_file, loop.rt.args.home)
         self.announce_due = 0.0
         run = loop.rt.args.run_dir
         self.local = make_socket(loop.ctx, zmq.ROUTER, bind=endpoints.master_local(run))
@@ -125,6 +126,7 @@ class Master:
         if batch:
             self.to_peers(EventBatch(session=self.state.session, events=tuple(batch)))
             self.keeper.poke(batch)
+            self.config_file.sync(self.state)
 
     def follow(self, batch: EventBatch) -> None:
         if self.election.is_leader:
@@ -141,6 +143,7 @@ class Master:
             self.state = apply(self.state, ev)
             self.loop.publish(EVT_STATE, ev, suffix=ev.event.TYPE)
         self.keeper.poke(batch.events)
+        self.config_file.sync(self.state)
 
     def ask_replay(self, since: int) -> None:
         sock = self.leader_sock()
@@ -152,6 +155,7 @@ class Master:
         if self.election.is_leader or snapshot.session != self.election.session:
             return
         self.state = snapshot
+        self.config_file.sync(snapshot)
         self.publish_head()
         self.back_from_restart()
         for rid, status in self.local_runners.items():
@@ -252,7 +256,7 @@ class Master:
                 self.restart_node(None, msg)
             elif isinstance(msg, ForwardCommand):  # a follower's API command, for us as leader
                 reply = (self.execute(msg.command) if self.election.is_leader else CommandRejected(
-                    command_id=getattr(msg.command, "command_id", ""), status=503,
+                    command_id=getattr(msg.command, "command_id", ""), status=503, reason=RejectReason.NOT_LEADER,
                     message="not the leader (election in progress); please retry"))
                 send_routed(sock, envelope, ForwardedReply(reply=reply))  # type: ignore[arg-type]
             else:
@@ -262,8 +266,7 @@ class Master:
         for msg in drain(sock, limit=200):
             if isinstance(msg, ForwardedReply):
                 held = self.desk.held.get(getattr(msg.reply, "command_id", ""))
-                not_leader = isinstance(msg.reply, CommandRejected) and msg.reply.status == 503 \
-                    and "not the leader" in msg.reply.message
+                not_leader = isinstance(msg.reply, CommandRejected) and msg.reply.reason == RejectReason.NOT_LEADER
                 if held is not None and not not_leader:  # else: wait for the next leader
                     del self.desk.held[msg.reply.command_id]  # type: ignore[union-attr]
                     self.answer(held.envelope, msg.reply)
@@ -303,7 +306,7 @@ class Master:
         self.emit([event])
         if isinstance(event, RunnerStatusUpdated) and event.status.kind == "RunnerFailed" \
                 and (previous is None or previous.kind != "RunnerFailed"):  # delete, re-create later
-            self.emit(runner_failed(self.state, event.runner_id, event.status.error_message, time.time(),
+            self.emit(runner_failed(self.state, event.runner_id, event.status, time.time(),
                                     self.policy))
 
     def recreate_due(self) -> None:
@@ -335,7 +338,8 @@ class Master:
         if cmd.node_id == self.node_id:
             reply = self.keeper.restart_node(cmd.command_id)
         elif not self.peers.send(cmd.node_id, cmd):
-            reply = CommandRejected(command_id=cmd.command_id, status=404, message=f"Unknown node {cmd.node_id}")
+            reply = CommandRejected(command_id=cmd.command_id, status=404, message=f"Unknown node {cmd.node_id}",
+                                    reason=RejectReason.UNKNOWN_NODE)
         if envelope is not None:
             send_routed(self.local, envelope, reply)
 
@@ -378,6 +382,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--election-timeout", type=float, default=3.0)
     p.add_argument("--recreate-backoff", type=float, default=0.5)
     p.add_argument("--place", action="append", default=[])
+    p.add_argument("--config-file", default="")  # the node's skulk.yaml (kept equal to the cluster's)
     ns = p.parse_args(argv)
     ns.advertise = "127.0.0.1" if ns.listen in ("0.0.0.0", "::", "") else ns.listen
     master = Master(loop, ns)

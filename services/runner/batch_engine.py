@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from skulk.services.runner import cpu_ops, sampling
-from skulk.services.runner.engine import Detokenizer, PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.ring import Ring, load_model
 from skulk.services.runner.scheduler import prefill_share
 from skulk.wire.inference import RankInsert
@@ -64,6 +65,7 @@ class MlxBatchEngine:
         args = getattr(self.model, "args", None)
         self.model_context = int(getattr(args, "max_position_embeddings", 0) or 0)
         vocab = self.tokenizer.get_vocab()
+        self.vocab_size = int(getattr(args, "vocab_size", 0) or len(vocab))  # the logits' width
         self.max_token_bytes = max((len(piece.encode()) for piece in vocab), default=1)
         eos = sorted(self.tokenizer.eos_token_ids)
         self.gen = BatchGenerator(self.model, stop_tokens=[[t] for t in eos],
@@ -85,8 +87,17 @@ class MlxBatchEngine:
 
     # ---- requests --------------------------------------------------------------------------
     def encode(self, params: TaskParams) -> list[int]:
-        messages = [{"role": m.role, "content": m.content} for m in params.messages]
-        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        if params.prompt:
+            return list(self.tokenizer.encode(params.prompt))
+        messages, kwargs = template_inputs(params)
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **kwargs))
+
+    def output_format(self) -> OutputFormat:
+        tok = self.tokenizer
+        return OutputFormat(think=(tok.think_start, tok.think_end) if tok.has_thinking else None,
+                            think_start_ids=tuple(tok.think_start_tokens or ()),
+                            tools=(tok.tool_call_start, tok.tool_call_end) if tok.has_tool_calling else None,
+                            parse_tool=tok.tool_parser)
 
     def next_uid(self) -> int:
         return int(self.gen._uid_count)  # noqa: SLF001 - BatchGenerator numbers inserts sequentially
@@ -105,11 +116,21 @@ class MlxBatchEngine:
         uids = self.gen.insert(rests, max_tokens=[i.max_tokens for i in inserts], caches=caches,
                                all_tokens=prefixes,
                                samplers=[sampling.make(i.temperature, i.top_p, i.top_k, i.min_p, i.seed)
-                                         for i in inserts])
+                                         for i in inserts],
+                               logits_processors=[self._processors(i.grammar) for i in inserts])
         self.joined += len(inserts)
         if list(uids) != [i.uid for i in inserts]:
             raise RuntimeError(f"batch uids {uids} differ from the plan's {[i.uid for i in inserts]}")
         return cached
+
+    def _processors(self, grammar: str) -> list[Any]:
+        """A constrained request's grammar processor (none for the others: they cost nothing)."""
+        if not grammar:
+            return []
+        from skulk.services.runner.grammar import GrammarProcessor
+
+        return [GrammarProcessor(self.tokenizer._tokenizer, self.vocab_size,  # noqa: SLF001
+                                 sorted(self.tokenizer.eos_token_ids), grammar)]
 
     def _fetch(self, prompt: list[int]) -> tuple[Any, list[int]]:
         """The nearest cached prefix of `prompt` (a copy) and the tokens still to prefill (never

@@ -62,11 +62,12 @@ class Batcher:
             return []  # a duplicate frame of a request already here
         params = msg.params
         limit = scheduler.context_limit(msg.context_limit, self.engine.model_context)
-        size = sum(len(m.content.encode()) for m in params.messages)
+        size = sum(len(m.content.encode()) for m in params.messages) + len(params.prompt.encode())
         if scheduler.exceeds_by_size(size, self.engine.max_token_bytes,
                                      1 if msg.default_max_tokens else params.max_tokens, limit):
             return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
-                          scheduler.context_message(None, params.max_tokens, limit))
+                          scheduler.context_message(size // max(1, self.engine.max_token_bytes),
+                                                    params.max_tokens, limit, at_least=True))
         where = scheduler.admit(self.pending, self.limits)
         if where is Admission.BUSY:
             return refuse(FailReason.BUSY, f"runner busy: {self.limits.max_batch} requests in its batch "
@@ -83,24 +84,27 @@ class Batcher:
             return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
                           scheduler.context_message(len(prompt), params.max_tokens, limit))
         seed = params.seed if params.seed is not None else self.draw_seed()
-        session = Session(msg.request_id, envelope, params, prompt, seed, admitted_at=now)
+        session = Session(msg.request_id, envelope, params, prompt, seed, admitted_at=now,
+                          fmt=self.engine.output_format())
         self.waiting.append(session)
         self.by_request[msg.request_id] = session
         queued = max(0, self.pending - self.limits.max_batch) if where is Admission.QUEUE else 0
         return [(envelope, Started(request_id=msg.request_id, prompt_tokens=len(prompt), queued=queued))]
 
-    def cancel(self, request_id: str) -> bool:
-        """Take a request out wherever it is; its batch row goes at the next step."""
+    def cancel(self, request_id: str) -> list[Out]:
+        """Take a request out wherever it is; its batch row goes at the next step. Its stream
+        gets a `cancelled` ending (the canceller may not be its reader: `POST /v1/cancel`)."""
         session = self.by_request.pop(request_id, None)
         if session is None:
-            return False
+            return []
         session.done = True
         if session.uid >= 0:
             self.running.pop(session.uid, None)
             self.removes.append(session.uid)
         else:
             self.waiting.remove(session)
-        return True
+        return [(session.envelope, Failed(request_id=request_id, error="Command cancelled.",
+                                          retryable=False, reason=FailReason.CANCELLED))]
 
     def keep_alive(self) -> list[Out]:
         """`Progress(queued)` for every waiting request (the API's sign the runner lives)."""
@@ -119,7 +123,7 @@ class Batcher:
                                    temperature=0.0 if s.params.temperature is None else s.params.temperature,
                                    top_p=1.0 if s.params.top_p is None else s.params.top_p,
                                    top_k=s.params.top_k or 0, min_p=s.params.min_p or 0.0,
-                                   seed=s.seed, cached=0)
+                                   seed=s.seed, cached=0, grammar=s.params.grammar)
                         for i, s in enumerate(joiners))
         self.seq += 1
         step = RankStep(seq=self.seq, cache_entries=self.engine.cache_entries(),

@@ -16,10 +16,10 @@ WEDGED_EXIT = 86  # exitcodes.WEDGED
 class Deadline:
     """A faulted Metal eval parks at 0% CPU, uninterruptible from Python; `mx.distributed.init`
     blocks until every rank connects. A timer thread is the only way to bound such calls: on
-    overrun it logs a CRITICAL diagnosis, runs `before_exit` and exits with `code`."""
+    overrun it logs a CRITICAL diagnosis, runs `before_exit(message, code)` and exits with `code`."""
 
     def __init__(self, seconds: float, what: str, guidance: str, code: int,
-                 before_exit: Callable[[str], None] | None = None) -> None:
+                 before_exit: Callable[[str, int], None] | None = None) -> None:
         self.seconds, self.what, self.guidance, self.code = seconds, what, guidance, code
         self.before_exit = before_exit
         self._timer = threading.Timer(seconds, self._overrun)
@@ -30,7 +30,7 @@ class Deadline:
         log.critical(message)
         if self.before_exit is not None:
             try:
-                self.before_exit(message)
+                self.before_exit(message, self.code)
             except Exception:  # noqa: BLE001 - the exit below must happen whatever this does
                 pass
         logging.shutdown()

@@ -9,7 +9,7 @@ the same order (`wire.inference.RankStep`), so their batches and caches stay ali
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,6 +35,17 @@ class TokenOut:
     token: int
     logprobs: Any  # the full-vocabulary log-probabilities (engine-specific array)
     finish: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """The model's own output markers (from its tokenizer): thinking and tool calls, with the
+    tool parser that reads a call body (`parse_tool(body, tools) -> {"name", "arguments"}`)."""
+
+    think: tuple[str, str] | None = None
+    think_start_ids: tuple[int, ...] = ()
+    tools: tuple[str, str] | None = None
+    parse_tool: Callable[[str, Any], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +106,6 @@ class Engine(Protocol):
         """The token's log-probability and the `k` most likely (token, logprob), best first."""
 
     def peak_memory(self) -> int: ...
+
+    def output_format(self) -> OutputFormat:
+        """The model's thinking and tool-call markers (empty for a model without them)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from skulk.services.runner.engine import PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.engine import OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.wire.inference import RankInsert
 from skulk.wire.state import TaskParams
 
@@ -24,14 +24,20 @@ class _Row:
     last: int = 0
 
 
+SCRIPTED = 1000
+"""Tokens from here on are characters of `FakeEngine.script` (a forced output)."""
+
+
 class _FakeDetok:
-    def __init__(self) -> None:
+    def __init__(self, script: str = "") -> None:
         self.last_segment = ""
+        self.script = script
 
     def add_token(self, token: int) -> None:
         if token < 0:
             raise ValueError(f"token {token} is not in the vocabulary")
-        self.last_segment = chr(ord("a") + token % 26)
+        scripted = token - SCRIPTED
+        self.last_segment = self.script[scripted] if 0 <= scripted < len(self.script) else chr(ord("a") + token % 26)
 
     def finalize(self) -> None:
         self.last_segment = ""
@@ -49,13 +55,16 @@ class FakeEngine:
     uid_count: int = 0
     cache: list[tuple[int, ...]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)  # what was asked, in order (for tests)
+    script: str = ""  # when set, every row's output is this text, one character per token, then EOS
+    format: OutputFormat = field(default_factory=OutputFormat)
 
     def load(self) -> None: ...
 
     def warmup(self) -> None: ...
 
     def encode(self, params: TaskParams) -> list[int]:
-        return [3 + ord(c) % 90 for m in params.messages for c in m.content]
+        text = params.prompt or "".join(m.content for m in params.messages)
+        return [3 + ord(c) % 90 for c in text]
 
     def next_uid(self) -> int:
         return self.uid_count
@@ -87,7 +96,10 @@ class FakeEngine:
                 prompts.append(PromptProgress(uid, row.prefilled, total))
                 continue
             row.produced += 1
-            row.last = 2 if self.eos_after and row.produced == self.eos_after else (row.last * 7 + uid) % 97 + 3
+            if self.script:
+                row.last = SCRIPTED + row.produced - 1 if row.produced <= len(self.script) else 2
+            else:
+                row.last = 2 if self.eos_after and row.produced == self.eos_after else (row.last * 7 + uid) % 97 + 3
             finish = "stop" if row.last == 2 else "length" if row.produced >= row.ins.max_tokens else None
             tokens.append(TokenOut(uid, -1 if uid == self.poison_uid else row.last, None, finish))
             if finish is not None:
@@ -104,8 +116,11 @@ class FakeEngine:
     def trim_cache(self, entries: int) -> None:
         del self.cache[:max(0, len(self.cache) - entries)]
 
+    def output_format(self) -> OutputFormat:
+        return self.format
+
     def detokenizer(self) -> _FakeDetok:
-        return _FakeDetok()
+        return _FakeDetok(self.script)
 
     def piece(self, token: int) -> str:
         return chr(ord("a") + token % 26)

@@ -75,9 +75,10 @@ def exceeds(prompt_tokens: int, max_tokens: int, limit: int) -> bool:
     return limit > 0 and prompt_tokens + max_tokens > limit
 
 
-def context_message(prompt_tokens: int | None, max_tokens: int, limit: int) -> str:
-    """Upstream's 400 wording (the API maps the reason, not these words)."""
-    size = f"at least {limit - max_tokens + 1}" if prompt_tokens is None else str(prompt_tokens)
+def context_message(prompt_tokens: int, max_tokens: int, limit: int, at_least: bool = False) -> str:
+    """Upstream's 400 wording (the API maps the reason, not these words); `at_least` when the
+    prompt was measured by its size, before tokenizing."""
+    size = f"at least {prompt_tokens}" if at_least else str(prompt_tokens)
     return (f"context_length_exceeded: the prompt ({size} tokens) plus max_tokens ({max_tokens}) "
             f"cannot fit within this model's usable context limit of {limit} tokens; shorten the "
             "prompt or lower max_tokens")

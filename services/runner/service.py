@@ -24,7 +24,7 @@ import zmq
 
 from skulk.services import faults
 from skulk.services.base import ServiceLoop
-from skulk.services.runner import lockstep
+from skulk.services.runner import embed_engine, lockstep
 from skulk.services.runner.batch_engine import MlxBatchEngine
 from skulk.services.runner.batcher import Batcher, Out, follow
 from skulk.services.runner.deadline import WEDGED_EXIT, Deadline
@@ -33,7 +33,7 @@ from skulk.services.runner.ring import Ring
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
-from skulk.wire.inference import Cancel, Failed, Generate
+from skulk.wire.inference import Cancel, Embed, Failed, FailReason, Generate
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send_routed
 from skulk.wire.state import RunnerStatus
 from skulk.wire.topics import EVT_RUNNER
@@ -57,6 +57,11 @@ class Runner:
                          split=tuple(int(x) for x in ns.split.split(",") if x),
                          hostfile=loop.rt.args.run_dir / f"{ns.runner_id}.hosts.json",
                          connect_deadline_s=ns.group_connect_deadline) if len(hosts) > 1 else None
+        # An embedding model's runner serves `Embed` only (embed_engine.py), never sharded.
+        self.embedder = (embed_engine.for_model(Path(ns.model_dir), ns.model_id, ns.queue_max)
+                         if engine is None and self.ring is None else None)
+        if self.embedder is not None:  # the boot needs only its load, warmup and path
+            engine = self.embedder.engine  # type: ignore[assignment]
         self.engine: Engine = engine or MlxBatchEngine(
             Path(ns.model_dir), self.ring, max_batch=ns.max_batch, prefill_chunk=ns.prefill_chunk,
             prefix_cache_bytes=ns.prefix_cache_mb << 20)
@@ -78,15 +83,19 @@ class Runner:
     def report(self, **change: Any) -> None:
         if change:
             self.status = replace(self.status, **change)
-        active, waiting = len(self.batcher.running), len(self.batcher.waiting)
+        active, waiting = self.load()
         self.reported_load, self.load_reported_at = (active, waiting), time.monotonic()
         self.loop.publish(EVT_RUNNER, RunnerReport(runner_id=self.ns.runner_id, instance_id=self.ns.instance_id,
                                                    status=self.status, active=active, waiting=waiting),
                           suffix=self.ns.runner_id)
         self.loop.status_detail = f"{self.status.kind} {self.ns.model_id} batch {active} waiting {waiting}"
 
+    def load(self) -> tuple[int, int]:
+        """Requests running and waiting (generation batch, or embedding queue)."""
+        return self.embedder.load if self.embedder else (len(self.batcher.running), len(self.batcher.waiting))
+
     def report_load_change(self) -> None:
-        load = (len(self.batcher.running), len(self.batcher.waiting))
+        load = self.load()
         if load != self.reported_load and time.monotonic() - self.load_reported_at >= LOAD_REPORT_MIN_S:
             self.report()
 
@@ -98,8 +107,8 @@ class Runner:
                       WEDGED_EXIT, self.fail_before_exit):
             self._boot()
 
-    def fail_before_exit(self, message: str) -> None:
-        self.report(kind="RunnerFailed", error_message=message)
+    def fail_before_exit(self, message: str, exit_code: int) -> None:
+        self.report(kind="RunnerFailed", error_message=message, exit_code=exit_code)
         self.loop.rt.bus.close(linger=1000)
 
     def _boot(self) -> None:
@@ -126,22 +135,32 @@ class Runner:
             log.warning("runner: bad request frame: %s", exc)
             if isinstance(exc, RoutedDecodeError):
                 send_routed(sock, exc.envelope, Failed(request_id="", error=f"bad request: {exc}",
-                                                       retryable=False, reason="bad_request"))
+                                                       retryable=False, reason=FailReason.BAD_REQUEST))
 
         now = time.monotonic()
         for envelope, msg in drain(sock, recv_routed, limit=100, on_error=refuse):
-            if isinstance(msg, Generate):
+            if self.embedder is not None:
+                self.send(self.embedder.answer(envelope, msg))
+            elif isinstance(msg, Embed):
+                self.send(embed_engine.refuse_embed(envelope, msg, self.ns.model_id))
+            elif isinstance(msg, Generate):
                 self.send(self.batcher.on_generate(envelope, msg, now))
-            elif isinstance(msg, Cancel) and self.batcher.cancel(msg.request_id):
-                log.info("request %s cancelled by its client", msg.request_id)
+            elif isinstance(msg, Cancel) and (ended := self.batcher.cancel(msg.request_id)):
+                log.info("request %s cancelled", msg.request_id)
+                self.send(ended)
         self.report_load_change()
 
     def send(self, outs: list[Out]) -> None:
         for envelope, msg in outs:
             if not send_routed(self.router, envelope, msg):
-                self.batcher.client_gone(getattr(msg, "request_id", ""))
+                (self.embedder or self.batcher).client_gone(getattr(msg, "request_id", ""))
 
     def step(self) -> bool:
+        if self.embedder is not None:  # one group of inputs per step
+            outs = self.embedder.step()
+            self.send(outs or [])
+            self.report_load_change()
+            return outs is not None
         plan = self.batcher.plan()
         if plan is None:
             return False

@@ -1,5 +1,5 @@
 """One request's life on rank 0: its place in the wait queue or the batch, its text (streaming
-detokenizer and stop strings), its logprobs and its own measured stats.
+detokenizer, thinking and tool-call channels, stop strings), its logprobs and its own stats.
 
 `Session.on_token` turns the engine's tokens into the client's messages; the last message of
 a session is its `Done`. Times are `time.monotonic()` values passed in by the loop.
@@ -7,13 +7,18 @@ a session is its `Done`. Times are `time.monotonic()` values passed in by the lo
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from skulk.services.runner.engine import Engine, TokenOut
+from skulk.services.runner.channels import ThinkSplitter, ToolCallScanner
+from skulk.services.runner.engine import Engine, OutputFormat, TokenOut
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
-from skulk.wire.state import TaskParams
+from skulk.wire.state import TaskParams, ToolCall
+
+log = logging.getLogger("skulk.runner")
 
 
 @dataclass
@@ -35,9 +40,19 @@ class Session:
     done: bool = False
     stops: StopMatcher = field(init=False)
     detok: Any = None
+    fmt: OutputFormat = field(default_factory=OutputFormat)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    think: ThinkSplitter | None = field(init=False, default=None)
+    tools: ToolCallScanner | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.stops = StopMatcher(self.params.stop)
+        if self.fmt.think:
+            ids = self.fmt.think_start_ids
+            opened = bool(ids) and tuple(self.prompt[-len(ids):]) == ids  # the template opened it
+            self.think = ThinkSplitter(*self.fmt.think, inside=opened)
+        if self.fmt.tools and self.fmt.parse_tool and self.params.tools:
+            self.tools = ToolCallScanner(*self.fmt.tools)
 
     def on_inserted(self, uid: int, cached: int, detok: Any, now: float) -> None:
         self.uid, self.cached, self.detok, self.inserted_at = uid, cached, detok, now
@@ -57,23 +72,60 @@ class Session:
             self.detok.add_token(out.token)
         if out.finish is not None:
             self.detok.finalize()
-        text, hit = self.stops.feed(self.detok.last_segment)
+        reasoning, content = self._channels(self.detok.last_segment, final=out.finish is not None)
+        text, hit = self.stops.feed(content)
         if out.finish is not None and not hit:
             text += self.stops.flush()
         messages: list[TokenChunk | Done] = []
-        if text or not hit:
-            messages.append(self._chunk(out, text, engine))
-        if hit:
-            messages.append(self.finish("stop", engine))
-        elif out.finish is not None:
-            messages.append(self.finish(out.finish, engine))
+        if reasoning:
+            messages.append(self._chunk(out, reasoning, engine, reasoning=True))
+        if text or not (hit or reasoning):
+            messages.append(self._chunk(out, text, engine, with_logprobs=not reasoning))
+        if hit or out.finish is not None:
+            if self.tool_calls:
+                messages.append(TokenChunk(request_id=self.request_id, seq=self.seq, text="", token=out.token,
+                                           tool_calls=tuple(self.tool_calls)))
+                self.seq += 1
+            reason = "stop" if hit else out.finish
+            messages.append(self.finish("tool_calls" if self.tool_calls and reason == "stop" else reason, engine))
         return messages
 
-    def _chunk(self, out: TokenOut, text: str, engine: Engine) -> TokenChunk:
-        extra: dict[str, Any] = {}
-        if self.params.logprobs:
+    def _channels(self, segment: str, final: bool) -> tuple[str, str]:
+        """This segment's thinking text and content text; complete tool calls are taken out of
+        the content and parsed (one that does not parse stays content, as the model wrote it)."""
+        pieces = [(segment, False)]
+        if self.think is not None:
+            pieces = self.think.feed(segment) + (self.think.flush() if final else [])
+        reasoning = "".join(t for t, r in pieces if r)
+        content = "".join(t for t, r in pieces if not r)
+        if self.tools is not None:
+            content, bodies = self.tools.feed(content)
+            for body in bodies:
+                call = self._parse_tool(body)
+                if call is None:
+                    content += f"{self.tools.start}{body}{self.tools.end}"
+                else:
+                    self.tool_calls.append(call)
+            if final:
+                content += self.tools.flush()
+        return reasoning, content
+
+    def _parse_tool(self, body: str) -> ToolCall | None:
+        try:
+            parsed = self.fmt.parse_tool(body, json.loads(self.params.tools))  # type: ignore[misc]
+            name, args = parsed["name"], parsed.get("arguments", {})
+        except Exception as exc:  # noqa: BLE001 - a model's malformed call is its text, not an error
+            log.info("request %s: a tool call did not parse (%s); kept as text", self.request_id, exc)
+            return None
+        arguments = args if isinstance(args, str) else json.dumps(args)
+        return ToolCall(id=f"call_{self.request_id[:12]}_{len(self.tool_calls)}", name=str(name), arguments=arguments)
+
+    def _chunk(self, out: TokenOut, text: str, engine: Engine, reasoning: bool = False,
+               with_logprobs: bool = True) -> TokenChunk:
+        extra: dict[str, Any] = {"reasoning": reasoning}
+        if self.params.logprobs and with_logprobs:
             logprob, top = engine.logprob_of(out.logprobs, out.token, self.params.top_logprobs)
-            extra = {"logprob": logprob, "token_bytes": engine.piece(out.token).encode(),
+            extra |= {"logprob": logprob, "token_bytes": engine.piece(out.token).encode(),
                      "top_logprobs": tuple(TopLogprob(token=(p := engine.piece(t)), logprob=lp,
                                                       token_bytes=p.encode()) for t, lp in top)}
         chunk = TokenChunk(request_id=self.request_id, seq=self.seq, text=text, token=out.token, **extra)
@@ -91,4 +143,5 @@ class Session:
                     prompt_tokens=len(self.prompt), completion_tokens=self.completion_tokens,
                     prompt_tps=prefilled / prefill_s if prefill_s > 0 else 0.0,
                     generation_tps=(self.completion_tokens - 1) / decode_s if decode_s > 0 else 0.0,
-                    peak_memory_bytes=engine.peak_memory(), cached_tokens=self.cached)
+                    peak_memory_bytes=engine.peak_memory(), cached_tokens=self.cached,
+                    stop_string=self.stops.hit)

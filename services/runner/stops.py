@@ -8,14 +8,16 @@ class StopMatcher:
         self.stops = tuple(s for s in stops if s)
         self._hold = max((len(s) for s in self.stops), default=1) - 1
         self._pending = ""
+        self.hit = ""  # the stop string that ended the text (Anthropic's `stop_sequence`)
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Text safe to emit now, and whether a stop string was hit (text before it emitted)."""
         if not self.stops:
             return text, False
         buf = self._pending + text
-        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self.stops if (i := buf.find(s)) >= 0]
+        if found:
+            cut, self.hit = min(found)
             self._pending = ""
             return buf[:cut], True
         keep = self._hold

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 from skulk.services.api import openai_format as fmt
-from skulk.services.api.chat_request import ApiError, check_context, parse
+from skulk.services.api import sse
+from skulk.services.api.chat_request import ApiError, parse
+from skulk.services.api.generation import GenerationError, context_checked as check_context
 from skulk.services.api.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
+from skulk.wire.state import ToolCall
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
 from skulk.wire.models import ModelDirError, card_from_dir, dir_name, scan
 from skulk.wire.state import RunnerStatus, State
@@ -47,8 +50,9 @@ def test_parse_rejects_bad_fields_with_400(body, needle):
 def test_context_check_and_default_budget():
     assert check_context(parse(OK), 100).max_tokens == 100
     assert check_context(parse({**OK, "max_tokens": 50}), 100).max_tokens == 50
-    with pytest.raises(ApiError, match="^context_length_exceeded: max_tokens \\(101\\)"):
+    with pytest.raises(GenerationError, match="^context_length_exceeded: max_tokens \\(101\\)") as err:
         check_context(parse({**OK, "max_tokens": 101}), 100)
+    assert (err.value.status, err.value.reason) == (400, "context_length_exceeded")
 
 
 @pytest.mark.parametrize("pieces,stops,emitted,hit", [
@@ -71,21 +75,69 @@ def test_stop_matcher_holds_back_possible_prefixes(pieces, stops, emitted, hit):
 
 
 def test_sse_frames_and_error_events():
-    assert fmt.sse_comment("keep-alive") == b": keep-alive\n\n"
+    assert sse.sse_comment("keep-alive") == b": keep-alive\n\n"
     assert fmt.DONE == b"data: [DONE]\n\n"
     chunk = TokenChunk(request_id="r", seq=0, text="hi", token=5, logprob=-0.5, token_bytes=b"hi",
                        top_logprobs=(TopLogprob(token="hi", logprob=-0.5, token_bytes=b"hi"),))
     body = fmt.stream_chunk("cid", "m/x", 1, "hi", chunk=chunk)
     assert body["object"] == "chat.completion" and body["choices"][0]["delta"] == {"role": "assistant", "content": "hi"}
     assert body["choices"][0]["logprobs"]["content"][0]["bytes"] == [104, 105]
-    assert json.loads(fmt.sse_data(body)[6:]) == body
+    assert json.loads(sse.sse_data(body)[6:]) == body
     assert fmt.stream_error("boom")["error"] == {"message": "boom", "type": "InternalServerError",
                                                  "param": None, "code": 500}
     assert fmt.stream_error("context_length_exceeded: x", 400)["error"]["code"] == 400
     done = Done(request_id="r", seq=1, finish_reason="length", prompt_tokens=3, completion_tokens=2,
                 prompt_tps=1.0, generation_tps=2.0, peak_memory_bytes=7)
-    full = fmt.completion("cid", "m/x", 1, "hi", [chunk], done, want_logprobs=False)
+    full = fmt.completion("cid", "m/x", 1, [chunk], done, want_logprobs=False)
     assert full["usage"]["total_tokens"] == 5 and full["choices"][0]["finish_reason"] == "length"
+    assert full["choices"][0]["message"]["content"] == "hi"
+
+
+def test_reasoning_and_tool_calls_take_their_own_fields():
+    think = TokenChunk(request_id="r", seq=0, text="hmm", token=1, reasoning=True)
+    said = TokenChunk(request_id="r", seq=1, text="ok", token=2)
+    call = ToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}')
+    calls = TokenChunk(request_id="r", seq=2, text="", token=3, tool_calls=(call,))
+    assert fmt.stream_chunk("c", "m", 1, "hmm", chunk=think)["choices"][0]["delta"] == \
+        {"role": "assistant", "reasoning_content": "hmm"}
+    delta = fmt.stream_chunk("c", "m", 1, "", chunk=calls)["choices"][0]["delta"]
+    assert delta["content"] is None and delta["tool_calls"] == [
+        {"id": "call_1", "index": 0, "type": "function",
+         "function": {"id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]
+    done = Done(request_id="r", seq=3, finish_reason="tool_calls", prompt_tokens=3, completion_tokens=3,
+                prompt_tps=1.0, generation_tps=2.0, peak_memory_bytes=7)
+    msg = fmt.completion("c", "m", 1, [think, said, calls], done, want_logprobs=False)["choices"][0]
+    assert msg["finish_reason"] == "tool_calls"
+    assert (msg["message"]["content"], msg["message"]["reasoning_content"]) == ("ok", "hmm")
+    assert msg["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+def test_tool_fields_parse_into_the_common_parameters():
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    params = parse({**OK, "tools": tools, "enable_thinking": False, "reasoning_effort": "low", "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "call_9", "name": "get_weather", "content": "sunny"}]})
+    assert json.loads(params.tools) == tools and (params.enable_thinking, params.reasoning_effort) == (False, "low")
+    assistant, tool = params.messages[1], params.messages[2]
+    assert assistant.tool_calls == (ToolCall(id="call_9", name="get_weather", arguments='{"city":"Oslo"}'),)
+    assert (tool.role, tool.tool_call_id, tool.name, tool.content) == ("tool", "call_9", "get_weather", "sunny")
+    for bad in ({"tools": "x"}, {"tools": [{"type": "function"}]}, {"reasoning_effort": "max"},
+                {"enable_thinking": "yes"}):
+        with pytest.raises(ApiError):
+            parse({**OK, **bad})
+
+
+def test_response_format_becomes_a_grammar_or_a_400():
+    from skulk.services.api.response_format import grammar_of, ollama_format
+
+    assert grammar_of(None) == "" and grammar_of({"type": "text"}) == ""
+    assert grammar_of({"type": "json_object"}) and grammar_of(ollama_format("json"))
+    assert grammar_of({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}})
+    for bad in ({"type": "xml"}, "json", {"type": "json_schema", "json_schema": {"schema": 3}}):
+        with pytest.raises(ApiError):
+            grammar_of(bad)
 
 
 def test_state_json_uses_upstream_shapes():

@@ -7,33 +7,43 @@ from dataclasses import replace
 
 from skulk.services.master.commands import node_lost_events
 from skulk.services.master.roster import Roster, lost_nodes
-from skulk.services.master.failures import GiveUp, Recreate, RecoveryPolicy, lineage_failures, verdict
+from skulk.services.master.failures import GiveUp, Recreate, RecoveryPolicy, lineage_failures, process_ended, verdict
+from skulk.wire.events import ChildLifecycle
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.supervisor import exitcodes
 from skulk.supervisor.strategy import should_restart
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import INSTANCE_LOST
 from skulk.wire.reducer import DELETIONS_KEPT
-from skulk.wire.state import (InstanceCreated, InstanceDeleted, NodeRestarting, NodeTimedOut, RecreationAbandoned, Task,
-                              TaskCreated)
+from skulk.wire.state import (InstanceCreated, InstanceDeleted, NodeRestarting, NodeTimedOut, RecreationAbandoned,
+                              RunnerStatus, Task, TaskCreated)
 from skulk.wire.cluster import Member
 from tests.unit.test_state_and_routing import PARAMS, ids, node, placed, run
 
 POLICY = RecoveryPolicy()
 MEMBER = Member(info=node(), master_endpoint="tcp://127.0.0.1:1")
-ABORT = "Terminated (signal 6 (SIGABRT))"
 
 
-def test_a_wedge_deletes_at_once():
-    why = verdict("Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))", [], 0.0, POLICY)
+def failed(message: str, exit_code: int | None = None, orderly: bool = False) -> RunnerStatus:
+    return RunnerStatus(kind="RunnerFailed", error_message=message, exit_code=exit_code, orderly=orderly)
+
+
+ABORT = failed("Terminated (signal 6 (SIGABRT))", -6)
+
+
+def test_a_wedge_deletes_at_once_decided_on_the_exit_code_not_the_text():
+    why = verdict(failed("Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))", 86),
+                  [], 0.0, POLICY)
     assert isinstance(why, GiveUp) and "not retried" in why.reason
+    assert verdict(failed("the GPU may be wedged, exit code 86", None), [], 0.0, POLICY) == Recreate(0.5)
 
 
 def test_a_ring_that_did_not_form_is_recreated_on_new_ports():
     error = ("rank 0 forming its mx.distributed ring with 127.0.0.1:61001 exceeded its 120s deadline"
              " — a peer rank is down, or its port is unreachable or taken")
-    assert verdict(error, [], 0.0, POLICY) == Recreate(0.5)
-    assert verdict("Terminated (exit code 87 (group connect failed))", [], 0.0, POLICY) == Recreate(0.5)
+    assert verdict(failed(error, 87), [], 0.0, POLICY) == Recreate(0.5)
+
+
 
 
 def test_backoff_doubles_and_the_third_failure_in_the_window_gives_up():
@@ -45,8 +55,8 @@ def test_backoff_doubles_and_the_third_failure_in_the_window_gives_up():
 
 
 def test_old_failures_age_out():
-    assert verdict("boom", [0.0, 30.0], 61.0, POLICY) == Recreate(1.0)
-    assert verdict("boom", [0.0, 30.0], 200.0, POLICY) == Recreate(0.5)
+    assert verdict(failed("boom"), [0.0, 30.0], 61.0, POLICY) == Recreate(1.0)
+    assert verdict(failed("boom"), [0.0, 30.0], 200.0, POLICY) == Recreate(0.5)
 
 
 def test_a_failed_runner_deletes_its_instance_and_the_note_keeps_the_recreation():
@@ -151,9 +161,15 @@ def test_the_roster_keeps_a_restarting_node_then_its_mark_is_cleared_when_it_is_
     assert [type(e).__name__ for e in roster.events(back, 20.0, 120.0)] == ["NodeGatheredInfo"]  # refresh
 
 
-def test_a_runner_its_own_node_stopped_is_not_a_failure():
+def test_a_runner_its_own_node_stopped_is_not_a_failure_and_an_exit_keeps_its_code():
     state, iid, rid = placed()
-    assert runner_failed(state, rid, "Terminated (stopped by its supervisor, admin restart)", 1.0, POLICY) == []
+    stopped = process_ended(ChildLifecycle(child_id=rid, supervisor="runners", event="stopped", pid=1,
+                                           restarts=0, detail="signal 15 (SIGTERM)", exit_code=-15), "n1")
+    assert stopped is not None and stopped.orderly and runner_failed(state, rid, stopped, 1.0, POLICY) == []
+    wedged = process_ended(ChildLifecycle(child_id=rid, supervisor="runners", event="exited", pid=1,
+                                          restarts=0, detail="exit code 86", exit_code=86), "n1")
+    assert wedged is not None and (wedged.exit_code, wedged.orderly) == (86, False)
+    assert isinstance(verdict(wedged, [], 0.0, POLICY), GiveUp)
 
 
 def test_wedged_and_group_connect_exits_are_never_restarted():

@@ -114,7 +114,8 @@ def test_a_cancel_leaves_the_others_tokens_unchanged():
         got: dict[str, list[object]] = {}
         for i in range(6):
             if cancel and i == 4:
-                assert b.cancel("b")
+                ((to, ended),) = b.cancel("b")  # the stream's own reader learns it
+                assert to == env("b") and isinstance(ended, Failed) and ended.reason == FailReason.CANCELLED
             plan = b.plan()
             b.admit_plan(plan, 0.0)
             if cancel and i == 4:
@@ -128,7 +129,7 @@ def test_a_cancel_leaves_the_others_tokens_unchanged():
     full, cut = batch(False), batch(True)
     assert tokens(cut["a"]) == tokens(full["a"]) and tokens(cut["c"]) == tokens(full["c"])
     assert not any(isinstance(m, Done) for m in cut["b"])
-    assert not Batcher(FakeEngine(), Limits(1, 1)).cancel("nobody")
+    assert Batcher(FakeEngine(), Limits(1, 1)).cancel("nobody") == []
 
 
 def test_a_stop_string_ends_the_request_and_removes_its_row():

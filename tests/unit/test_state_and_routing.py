@@ -11,7 +11,8 @@ import pytest
 from skulk.services.master.commands import handle, lost_changes
 from skulk.services.master.routing import Route, RouteError, route
 from skulk.services.master.runner_plan import plan
-from skulk.wire.commands import (INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED, CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
+from skulk.wire.inference import FailReason
+from skulk.wire.commands import (RejectReason, INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED, CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
                                  Routed, StateSnapshot, SnapshotRequest, TaskCancelled,
                                  TaskFinished, TextGeneration)
 from skulk.wire.models import ModelCard
@@ -77,10 +78,11 @@ def test_instance_delete_removes_its_runners_and_late_runner_reports_are_ignored
 
 
 def test_route_picks_only_serving_instances_and_errors_at_once_otherwise():
-    assert route(base(), "skulk/demo-tiny") == RouteError(404, "No instance found for model skulk/demo-tiny")
+    assert route(base(), "skulk/demo-tiny") == RouteError(404, "No instance found for model skulk/demo-tiny",
+                                                          RejectReason.NO_INSTANCE)
     state, iid, rid = placed(ready=False)
     err = route(state, "skulk/demo-tiny")
-    assert isinstance(err, RouteError) and err.status == 503
+    assert isinstance(err, RouteError) and (err.status, err.reason) == (503, RejectReason.NOT_READY)
     for kind in ("RunnerLoading", "RunnerWarmingUp", "RunnerFailed"):
         s = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(kind=kind))])
         assert isinstance(route(s, "skulk/demo-tiny"), RouteError), kind
@@ -148,15 +150,16 @@ def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
                       CommandAccepted)
 
 
-@pytest.mark.parametrize("message,kind", [
-    (INSTANCE_LOST, "instance_lost"), (RUNNER_LOST.format(detail="signal 9 (SIGKILL)"), "runner_failed"),
-    (SESSION_CHANGED, "session_changed"), ("Stream stalled: no output for 120s; the response may be "
-                                           "incomplete.", "stalled"), ("boom", "runner_error")])
-def test_a_failure_the_api_saw_first_is_recorded_as_task_failed(message, kind):
+@pytest.mark.parametrize("message,reason,kind", [
+    (INSTANCE_LOST, FailReason.INSTANCE_LOST, "instance_lost"),
+    (RUNNER_LOST.format(detail="signal 9 (SIGKILL)"), FailReason.RUNNER_FAILED, "runner_failed"),
+    (SESSION_CHANGED, FailReason.SESSION_CHANGED, "session_changed"),
+    ("any words at all", FailReason.STALLED, "stalled"), ("boom", "", "engine_error")])
+def test_a_failure_the_api_saw_first_is_recorded_as_task_failed_by_its_reason(message, reason, kind):
     state, _, _ = placed()
     state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids()).events)
     events = handle(state, TaskFinished(command_id="f", finished_command_id="t1", failed=True,
-                                        error_message=message), ids()).events
+                                        error_message=message, reason=reason), ids()).events
     assert [type(e).__name__ for e in events] == ["TaskFailed", "TaskDeleted"]
     assert (events[0].error_type, events[0].error_message) == (kind, message)
     failed = run(state, events[:1])
@@ -201,7 +204,8 @@ def test_delete_cancels_running_tasks_then_deletes():
     out = handle(state, DeleteInstance(command_id="d", instance_id=iid), ids())
     assert [type(e).__name__ for e in out.events] == ["TaskStatusUpdated", "InstanceDeleted"]
     assert handle(state, DeleteInstance(command_id="d2", instance_id="nope"), ids()).reply == \
-        CommandRejected(command_id="d2", status=404, message="Instance not found")
+        CommandRejected(command_id="d2", status=404, message="Instance not found",
+                        reason=RejectReason.UNKNOWN_INSTANCE)
 
 
 def test_snapshot_carries_the_whole_state():

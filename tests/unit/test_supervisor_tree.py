@@ -43,7 +43,7 @@ class World:
         self.log.append(("spawn", child_id))
         return self.procs[child_id]  # type: ignore[return-value]
 
-    def emit(self, child_id, sup, event, pid, restarts, detail) -> None:
+    def emit(self, child_id, sup, event, pid, restarts, detail, exit_code=None) -> None:
         if event in ("stopped", "exited"):
             self.log.append((event, child_id))
 

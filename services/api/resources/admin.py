@@ -8,8 +8,9 @@ import uuid
 import falcon
 
 from skulk.services.api.gateway import Gateway
-from skulk.services.api.resources.common import command
-from skulk.wire.commands import RESTART_PENDING, CommandAccepted, RestartNode
+from skulk.services.api.resources.common import ask, http_error
+from skulk.services.api.schema import STRING, Schema, enum, obj
+from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, RejectReason, RestartNode
 
 
 class AdminRestartResource:
@@ -20,13 +21,17 @@ class AdminRestartResource:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         target = req.get_param("node_id") or self.node_id
         restart = RestartNode(command_id=uuid.uuid4().hex, node_id=target)
-        try:
-            reply = command(self.gateway, restart)
-        except falcon.HTTPError as exc:
-            if exc.status_code == 409 and exc.description == RESTART_PENDING:
-                resp.status = falcon.HTTP_409  # upstream's body, not the error envelope
-                resp.media = {"status": RESTART_PENDING, "node_id": target}
-                return
-            raise
+        reply = ask(self.gateway, restart)
+        if isinstance(reply, CommandRejected) and reply.reason == RejectReason.RESTART_PENDING:
+            resp.status = falcon.HTTP_409  # upstream's body, not the error envelope
+            resp.media = {"status": RESTART_PENDING, "node_id": target}
+            return
+        if isinstance(reply, CommandRejected):
+            raise http_error(reply.status, reply.message)
         status = reply.message if isinstance(reply, CommandAccepted) else "restart_sent"
         resp.media = {"status": status, "node_id": target}
+
+
+RESTARTING: Schema = obj({"status": enum("restarting", "restart_sent"), "node_id": STRING})
+RESTART_ALREADY_PENDING: Schema = obj({"status": enum(RESTART_PENDING), "node_id": STRING})
+"""The 409 body: upstream's own, not the error envelope."""

@@ -14,12 +14,9 @@ from skulk.wire.commands import CommandRejected, Reply
 from skulk.wire.message import Message
 from skulk.wire.state import State
 
-STATUS = {400: falcon.HTTP_400, 413: falcon.HTTP_413, 404: falcon.HTTP_404, 409: falcon.HTTP_409,
-          500: falcon.HTTP_500, 503: falcon.HTTP_503}
-
-
 def http_error(status: int, message: str) -> falcon.HTTPError:
-    return falcon.HTTPError(STATUS.get(status, falcon.HTTP_500), description=message)
+    """An HTTP error with its status as given (499: the command was cancelled, nginx's code)."""
+    return falcon.HTTPError(status if 400 <= status < 600 else 500, description=message)
 
 
 MAX_BODY = 32 * 1024 * 1024
@@ -47,11 +44,17 @@ def state_or_503(replica: StateReplica, timeout: float = 5.0) -> State:
     return state
 
 
-def command(gateway: Gateway, cmd: Message) -> Reply:
+def ask(gateway: Gateway, cmd: Message) -> Reply:
+    """The master's reply, a rejection included (the caller decides on its `reason`)."""
     try:
-        reply = gateway.command(cmd)
+        return gateway.command(cmd)
     except MasterUnavailable as exc:
         raise http_error(503, str(exc)) from None
+
+
+def command(gateway: Gateway, cmd: Message) -> Reply:
+    """The master's acceptance; a rejection becomes its HTTP error."""
+    reply = ask(gateway, cmd)
     if isinstance(reply, CommandRejected):
         raise http_error(reply.status, reply.message)
     return reply

@@ -1,0 +1,182 @@
+"""The one generation path of the API: check, route, admit, stream typed events, finish or cancel.
+
+Every wire shape (OpenAI chat and legacy completions, OpenAI Responses, Anthropic Messages,
+Ollama) is an adapter: it parses its body into `TaskParams`, calls `Generation.open`, and
+renders the `Event`s of the returned `Stream` in its own framing. What can go wrong is typed:
+`GenerationError` before the stream (a status and a reason), `Failed.reason` inside it; the
+adapters choose their error shapes on those values, never on the message text.
+
+A `Stream` owns the request's bookkeeping: however it ends (done, failed, cancelled, or the
+client went away and the framework closed the generator) the runner is told to drop an
+abandoned request and the master is told how the task ended.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from skulk.services.api.chat_request import DEFAULT_MAX_TOKENS
+from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
+from skulk.services.api.replica import StateReplica
+from skulk.wire.commands import NO_INSTANCE, CommandRejected, RejectReason, Routed, TaskCancelled, TaskFinished, TextGeneration
+from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
+from skulk.wire.state import TaskParams
+
+Event = KeepAlive | Progress | TokenChunk | Done | Failed
+"""What a stream yields after admission: keep-alives, prefill progress, tokens, then exactly
+one `Done` or `Failed`."""
+
+FAIL_STATUS = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400,
+               FailReason.BAD_REQUEST: 400, FailReason.SESSION_CHANGED: 503,
+               FailReason.CANCELLED: 499}
+"""The HTTP status of a failure, by its reason (anything else: 500, the runbook's promise)."""
+
+CANCELLED_MESSAGE = "Command cancelled."
+
+
+def fail_status(reason: str) -> int:
+    return FAIL_STATUS.get(reason, 500)  # type: ignore[call-overload]
+
+
+class GenerationError(Exception):
+    """The request is refused before any output: `status` for HTTP, `reason` for the adapter
+    (a FailReason, a RejectReason, or "invalid_request" / "not_found" from the checks here)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def context_checked(params: TaskParams, context_limit: int) -> TaskParams:
+    """Fill the default output budget, or refuse a max_tokens the model cannot hold."""
+    if params.max_tokens == 0:
+        budget = min(DEFAULT_MAX_TOKENS, context_limit) if context_limit > 0 else DEFAULT_MAX_TOKENS
+        return replace(params, max_tokens=max(1, budget))
+    if context_limit > 0 and params.max_tokens > context_limit:
+        raise GenerationError(400, FailReason.CONTEXT_LENGTH_EXCEEDED,
+                              f"context_length_exceeded: max_tokens ({params.max_tokens}) cannot fit "
+                              f"within this model's usable context limit of {context_limit} tokens; "
+                              "lower max_tokens or place the model with more memory")
+    return params
+
+
+@dataclass
+class Stream:
+    """One admitted request. Iterate it once; `prompt_tokens` is known from admission."""
+
+    generation: Generation
+    routed: Routed
+    params: TaskParams
+    prompt_tokens: int
+    created: int
+    _events: Iterator[Event]
+    _outcome: Failed | Done | None = None
+
+    @property
+    def command_id(self) -> str:
+        return self.routed.command_id
+
+    def __iter__(self) -> Iterator[Event]:
+        try:
+            for event in self._events:
+                if isinstance(event, (Done, Failed)):
+                    self._outcome = event
+                yield event
+                if self._outcome is not None:
+                    return
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """The bookkeeping, once: drop an abandoned request at its runner, tell the master."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        outcome = self._outcome
+        if outcome is None:  # the client went away (or the server is stopping)
+            self.generation.gateway.cancel(self.routed.endpoint, self.command_id)
+        self.generation.finished(self.routed, outcome)
+
+
+class Generation:
+    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str) -> None:
+        self.gateway = gateway
+        self.replica = replica
+        self.node_id = node_id
+
+    def context_limit(self, model: str) -> int:
+        """The largest usable context of the model's instances (404 when none exists)."""
+        state = self.replica.get(timeout=5.0)
+        if state is None:
+            raise GenerationError(503, RejectReason.NO_LEADER, "cluster state is not available yet "
+                                  "(the master is starting); retry shortly")
+        limits = [i.context_token_limit for i in state.instances.values() if i.model_id == model]
+        if not limits:
+            raise GenerationError(404, RejectReason.NO_INSTANCE, NO_INSTANCE.format(model=model))
+        return max(limits)
+
+    def open(self, params: TaskParams) -> Stream:
+        """Check the model and the output budget, route through the master once, and wait
+        for the runner to admit the request: a refusal (busy, context too long) raises here, so
+        it is the response's status, streaming or not."""
+        limit = self.context_limit(params.model)
+        default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
+        params = context_checked(params, limit)
+        cmd = TextGeneration(command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params)
+        try:
+            routed = self.gateway.command(cmd)
+        except MasterUnavailable as exc:
+            raise GenerationError(503, RejectReason.NO_LEADER, str(exc)) from None
+        if isinstance(routed, CommandRejected):
+            raise GenerationError(routed.status, routed.reason, routed.message)
+        assert isinstance(routed, Routed)
+        state = self.replica.get(timeout=0)
+        inst = state.instances.get(routed.instance_id) if state else None
+        events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
+                                     default_budget)
+        first = next(events)
+        prompt_tokens = 0
+        if isinstance(first, Failed):
+            self.finished(routed, first)
+            raise GenerationError(fail_status(first.reason), first.reason, first.error)
+        if isinstance(first, Started):
+            prompt_tokens = first.prompt_tokens
+            rest: Iterator[Event] = events  # type: ignore[assignment]
+        else:
+            rest = itertools.chain([first], events)  # type: ignore[list-item]
+        return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest))
+
+    def finished(self, routed: Routed, outcome: Done | Failed | None) -> None:
+        """Tell the master how the task ended (without waiting: the client has its answer)."""
+        cancelled = outcome is None or (isinstance(outcome, Failed) and outcome.reason == FailReason.CANCELLED)
+        if cancelled:
+            cmd: TaskCancelled | TaskFinished = TaskCancelled(command_id=uuid.uuid4().hex,
+                                                              cancelled_command_id=routed.command_id)
+        else:
+            failed = isinstance(outcome, Failed)
+            cmd = TaskFinished(command_id=uuid.uuid4().hex, finished_command_id=routed.command_id,
+                               failed=failed, error_message=outcome.error if isinstance(outcome, Failed) else "",
+                               reason=outcome.reason if isinstance(outcome, Failed) else "")
+        self.gateway.tell(cmd)
+
+
+def _without_started(events: Iterator[object]) -> Iterator[Event]:
+    for event in events:
+        if not isinstance(event, Started):
+            yield event  # type: ignore[misc]
+
+
+def collect(stream: Stream) -> tuple[list[TokenChunk], Done | Failed]:
+    """A non-streaming response's material: every token chunk and the outcome."""
+    chunks: list[TokenChunk] = []
+    for event in stream:
+        if isinstance(event, TokenChunk):
+            chunks.append(event)
+        elif isinstance(event, (Done, Failed)):
+            return chunks, event
+    raise GenerationError(500, FailReason.ENGINE_ERROR, "the stream ended without an outcome")

@@ -1,0 +1,108 @@
+"""`GET /api/openapi.json`: the OpenAPI 3.1 document of the whole HTTP surface, generated from
+the route table the app itself is built from (`routes.py`), so it cannot drift from the server.
+
+Every operation lists its request body, its 200 body (and the streamed variant's media type
+where a request can ask for one), its declared error statuses and a `default` response: any
+other status is an error too, always in the path's client shape (`errors.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from http import HTTPStatus
+from typing import Any
+
+import falcon
+
+from skulk.services.api.declare import JSON, NDJSON, SSE, Op, Route
+from skulk.services.api.errors import ERROR_SCHEMAS, error_shape
+from skulk.services.api.schema import STRING, Schema
+
+ERROR_NAMES = {"openai": "Error", "anthropic": "AnthropicError", "ollama": "OllamaError"}
+STREAM_DOCS = {SSE: "server-sent events (the request asked for `stream: true`)",
+               NDJSON: "one JSON object per line (Ollama streams unless `stream: false`)"}
+
+
+def _error_ref(path: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{ERROR_NAMES[error_shape(path)]}"}
+
+
+def _phrase(status: int) -> str:
+    if status == 499:
+        return "Cancelled (nginx's Client Closed Request)"
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _operation_id(method: str, path: str) -> str:
+    return method.lower() + "_" + (re.sub(r"[^A-Za-z0-9]+", "_", path).strip("_") or "root")
+
+
+def _responses(path: str, op: Op) -> dict[str, Any]:
+    ok: dict[str, Any] = {"description": op.summary}
+    content: dict[str, Any] = {}
+    if op.ok is not None:
+        content[op.media] = {"schema": op.ok}
+    if op.stream:
+        content[op.stream] = {"schema": {**STRING, "description": STREAM_DOCS.get(op.stream, op.stream)}}
+    if content:
+        ok["content"] = content
+    responses: dict[str, Any] = {"200": ok}
+    for status, schema in op.other.items():
+        responses[str(status)] = {"description": _phrase(status), "content": {JSON: {"schema": schema}}}
+    error = {JSON: {"schema": _error_ref(path)}}
+    for status in op.errors:
+        responses[str(status)] = {"description": _phrase(status), "content": error}
+    responses["default"] = {"description": "any other error, in the same shape", "content": error}
+    return responses
+
+
+def _parameters(path: str, op: Op) -> list[dict[str, Any]]:
+    params = [{"name": name, "in": "path", "required": True, "schema": STRING}
+              for name in re.findall(r"{(\w+)}", path)]
+    params += [{"name": p.name, "in": "query", "required": p.required, "description": p.doc, "schema": p.schema}
+               for p in op.query]
+    return params
+
+
+def operation(path: str, method: str, op: Op, tag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"operationId": _operation_id(method, path), "summary": op.summary, "tags": [tag]}
+    params = _parameters(path, op)
+    if params:
+        out["parameters"] = params
+    if op.body is not None:
+        out["requestBody"] = {"required": True, "content": {JSON: {"schema": op.body}}}
+    out["responses"] = _responses(path, op)
+    return out
+
+
+def document(routes: Iterable[Route], version: str) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of `routes` (every alias is its own path, as clients call it)."""
+    paths: dict[str, Any] = {}
+    for route in routes:
+        for path in route.paths:
+            paths[path] = {method.lower(): operation(path, method, op, route.tag)
+                           for method, op in route.ops.items()}
+    return {"openapi": "3.1.0",
+            "info": {"title": "Skulk", "version": version,
+                     "description": "One node's HTTP API: OpenAI-, Anthropic- and Ollama-compatible "
+                                    "inference plus the cluster's state, placement and admin."},
+            "paths": paths,
+            "components": {"schemas": {ERROR_NAMES[shape]: schema for shape, schema in ERROR_SCHEMAS.items()}}}
+
+
+OPENAPI: Schema = {"type": "object", "required": ["openapi", "info", "paths"],
+                   "properties": {"openapi": STRING, "info": {"type": "object"}, "paths": {"type": "object"}}}
+
+
+class OpenApiResource:
+    """Serves the document, built once per worker from the table the worker serves."""
+
+    def __init__(self, routes: Iterable[Route], version: str) -> None:
+        self.document = document(routes, version)
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.document

@@ -1,0 +1,52 @@
+"""What every generation adapter does the same way: parse the body with its parser, open the
+stream (refusals become HTTP errors), then either hand the framework a streaming body or
+collect the whole answer and render it. Each adapter supplies only its parser and renderers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import falcon
+
+from skulk.services.api.errors import ApiError
+from skulk.services.api.generation import Generation, GenerationError, Stream, collect, fail_status
+from skulk.services.api.resources.common import http_error, json_body
+from skulk.wire.inference import Done, Failed, TokenChunk
+from skulk.wire.state import TaskParams
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "close", "X-Accel-Buffering": "no"}
+
+Whole = Callable[[Stream, list[TokenChunk], Done], Any]
+"""Renders a finished answer as the response body."""
+
+
+def parsed(req: falcon.Request, parser: Callable[[Any], TaskParams]) -> TaskParams:
+    try:
+        return parser(json_body(req))
+    except ApiError as exc:
+        raise http_error(exc.status, exc.message) from None
+
+
+def open_stream(generation: Generation, params: TaskParams) -> Stream:
+    """`generation.open` with its refusals as HTTP errors (in the path's client shape)."""
+    try:
+        return generation.open(params)
+    except GenerationError as exc:
+        raise http_error(exc.status, exc.message) from None
+
+
+def respond(resp: falcon.Response, stream: Stream, streamed: Callable[[Stream], Iterator[bytes]],
+            whole: Whole, media: str = "text/event-stream") -> None:
+    """A streaming body when the request asked for one, else the whole answer (a failure is a
+    real HTTP error: the runbook's promise)."""
+    if stream.params.stream:
+        resp.content_type = media
+        if media == "text/event-stream":
+            resp.set_headers(SSE_HEADERS)
+        resp.stream = streamed(stream)
+        return
+    chunks, outcome = collect(stream)
+    if isinstance(outcome, Failed):
+        raise http_error(fail_status(outcome.reason), outcome.error)
+    resp.media = whole(stream, chunks, outcome)

@@ -1,0 +1,108 @@
+"""`POST /v1/embeddings` on a real node serving the demo embedding model next to the demo text
+model, through the real `openai` SDK: shape, normalisation, determinism, batches, base64 equal to
+float, `dimensions`, and the errors (400 for the text model, 404 for an unknown one)."""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.integration.conftest import DEMO_DIR
+from tests.integration.harness import wait_until
+from tests.integration.serving import MODEL, http_json, ready_runners
+
+EMBED_MODEL = "skulk/demo-embed"
+EMBED_DIR = "skulk--demo-embed"
+WIDTH = 128  # the demo embedding model's hidden size
+TEXTS = ["hello world", "Beautiful is better than ugly.", "Explicit is better than implicit, they say."]
+
+
+@pytest.fixture(scope="session")
+def demo_embed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo embedding model, built once per session by the real CLI (keeps mlx out of pytest)."""
+    home = tmp_path_factory.mktemp("demo-embed-home")
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--kind", "embedding",
+                          "--home", str(home)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert EMBED_MODEL in out.stdout
+    return home / "models" / EMBED_DIR
+
+
+@pytest.fixture
+def serving(nodes, demo_model, demo_embed_model):
+    node = nodes(args=("--place", MODEL, "--place", EMBED_MODEL),
+                 models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model})
+    wait_until(node, lambda: len(ready_runners(node)) >= 2, 90, "both runners ready")
+    return node
+
+
+def norm(v: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in v))
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True)) / (norm(a) * norm(b))
+
+
+def test_openai_sdk_embeddings(serving):
+    c = openai.OpenAI(base_url=f"{serving.url}/v1", api_key="none", max_retries=0, timeout=60)
+    one = c.embeddings.create(model=EMBED_MODEL, input=TEXTS[0])  # the SDK asks for base64 and decodes it
+    assert one.object == "list" and one.model == EMBED_MODEL and len(one.data) == 1
+    assert one.data[0].object == "embedding" and one.data[0].index == 0
+    v = one.data[0].embedding
+    assert len(v) == WIDTH and abs(norm(v) - 1.0) < 1e-5
+    assert one.usage.prompt_tokens > 0 and one.usage.total_tokens == one.usage.prompt_tokens
+    again = c.embeddings.create(model=EMBED_MODEL, input=TEXTS[0]).data[0].embedding
+    assert again == v  # deterministic: the same input gives the same vector
+
+    batch = c.embeddings.create(model=EMBED_MODEL, input=TEXTS, encoding_format="float")
+    assert [d.index for d in batch.data] == [0, 1, 2]
+    vs = [d.embedding for d in batch.data]
+    assert all(len(x) == WIDTH and abs(norm(x) - 1.0) < 1e-5 for x in vs)
+    assert max(abs(a - b) for a, b in zip(vs[0], v)) < 1e-5  # batched or alone: the same vector
+    assert cosine(vs[0], vs[1]) < 0.999 and cosine(vs[1], vs[2]) < 0.999  # different inputs differ
+    assert batch.usage.prompt_tokens > one.usage.prompt_tokens
+
+    raw = c.embeddings.create(model=EMBED_MODEL, input=TEXTS, encoding_format="base64")
+    for d, floats in zip(raw.data, vs, strict=True):
+        decoded = base64.b64decode(d.embedding)  # the SDK leaves an explicitly asked base64 alone
+        assert list(struct.unpack(f"<{WIDTH}f", decoded)) == floats  # bit for bit
+
+    short = c.embeddings.create(model=EMBED_MODEL, input=TEXTS[0], dimensions=16,
+                                encoding_format="float").data[0].embedding
+    assert len(short) == 16 and abs(norm(short) - 1.0) < 1e-5
+
+    with pytest.raises(openai.BadRequestError, match=f"Model {MODEL} is not an embedding model"):
+        c.embeddings.create(model=MODEL, input="hi")
+    with pytest.raises(openai.NotFoundError, match="No instance found for model nobody/none"):
+        c.embeddings.create(model="nobody/none", input="hi")
+    with pytest.raises(openai.BadRequestError, match="is an embedding model"):
+        c.chat.completions.create(model=EMBED_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+
+
+def test_bad_embedding_bodies_are_400s_in_the_envelope(serving):
+    url = f"{serving.url}/v1/embeddings"
+    for body in ({"model": EMBED_MODEL, "input": ""}, {"model": EMBED_MODEL, "input": []},
+                 {"model": EMBED_MODEL, "input": "x", "encoding_format": "int8"},
+                 {"model": EMBED_MODEL, "input": "x", "dimensions": WIDTH + 1}):
+        status, err = http_json(url, body)
+        assert status == 400 and err["error"]["code"] == 400, (body, err)
+    status, listed = http_json(f"{serving.url}/v1/models")
+    entry = next(m for m in listed["data"] if m["id"] == EMBED_MODEL)
+    assert entry["tasks"] == ["TextEmbedding"] and "embedding" in entry["tags"]
+
+
+def test_the_demo_embedding_model_is_deterministic(demo_embed_model, tmp_path):
+    from skulk.scripts.demo_model import digest
+
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--kind", "embedding",
+                          "--home", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert digest(tmp_path / "models" / EMBED_DIR) == digest(demo_embed_model)
