@@ -23,7 +23,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     try:
         cfg = config.load(home=_home(ns.home), config_path=ns.config, overrides={
             "api_port": ns.api_port, "cluster_port": ns.cluster_port, "listen": ns.listen,
-            "namespace": ns.namespace,
+            "namespace": ns.namespace, "node_name": ns.node_name,
             "bootstrap_peers": ns.bootstrap_peers.split(",") if ns.bootstrap_peers else None,
             "place": ns.place or None})
     except config.ConfigError as exc:
@@ -110,6 +110,13 @@ def cmd_model_wait(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_model_add(ns: argparse.Namespace) -> int:
+    """Add a model directory, or org/name from Hugging Face, to the store or the models dir."""
+    from skulk.scripts import model_add
+
+    return model_add.run(ns, _home(ns.home))
+
+
 def cmd_model(ns: argparse.Namespace) -> int:
     import os
 
@@ -140,6 +147,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--cluster-port", type=int)
     run.add_argument("--listen", help="address to bind (default 0.0.0.0)")
     run.add_argument("--namespace", help="cluster namespace (env SKULK_NAMESPACE)")
+    run.add_argument("--node-name", help="this node's name, unique in the cluster (env SKULK_NODE_NAME, "
+                     "config node.name, default the host name)")
     run.add_argument("--bootstrap-peers", help="host:port,... (env SKULK_BOOTSTRAP_PEERS)")
     run.add_argument("--place", action="append", metavar="MODEL_ID",
                      help="place this model on the node once it is up (repeatable)")
@@ -184,6 +193,9 @@ def parser() -> argparse.ArgumentParser:
     wait.add_argument("--url", default="http://127.0.0.1:52415")
     wait.add_argument("--timeout", type=float, default=300.0)
     wait.set_defaults(func=cmd_model_wait)
+    from skulk.scripts.model_add import add_parser  # stdlib-only at import: cheap at parse time
+
+    add_parser(model_sub, cmd_model_add)
     return p
 
 

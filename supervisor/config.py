@@ -9,15 +9,23 @@ its own slice as arguments; no child reads YAML or the environment for configura
 from __future__ import annotations
 
 import os
+import re
+import socket
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from skulk.supervisor import model_store
+from skulk.supervisor.config_values import ConfigError, typed
+from skulk.supervisor.model_store import ModelStoreConfig
 
-class ConfigError(ValueError):
-    """The configuration cannot be used; the message names the file and key."""
+__all__ = ["Budget", "ConfigError", "ModelStoreConfig", "NodeConfig", "default_home", "from_mapping", "load",
+           "validate", "yaml_fields"]
+
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+"""A node name: what a host name may hold (it defaults to the host name)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,6 +37,7 @@ class Budget:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     home: Path
+    node_name: str = ""  # unique in the cluster; "" until loaded: then the host name
     api_port: int = 52415
     cluster_port: int = 52416
     listen: str = "0.0.0.0"
@@ -57,13 +66,14 @@ class NodeConfig:
     trace_retention_days: float = 3.0
     place: tuple[str, ...] = ()
     config_path: Path | None = None
+    model_store: ModelStoreConfig | None = None  # None: no store, the local models dir only
     hf_token: str | None = field(default=None, repr=False)  # a secret: kept out of logs
 
 
 # yaml section -> {yaml key: (NodeConfig field, type)}
 _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "node": {"api_port": ("api_port", int), "cluster_port": ("cluster_port", int),
-             "listen": ("listen", str)},
+             "listen": ("listen", str), "name": ("node_name", str)},
     "cluster": {"namespace": ("namespace", str), "bootstrap_peers": ("bootstrap_peers", list),
                 "peer_timeout_s": ("peer_timeout_s", float), "discovery_port": ("discovery_port", int),
                 "election_timeout_s": ("election_timeout_s", float)},
@@ -79,6 +89,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "tracing": {"retention_days": ("trace_retention_days", float)},
 }
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
+_SECTIONS = {"model_store": "model_store"}
+"""Sections parsed as a whole into one value (`supervisor/model_store.py`)."""
 _TOP: dict[str, tuple[str, type]] = {"hf_token": ("hf_token", str)}
 """Top-level scalar keys (upstream's `hf_token`: a secret, never shown or synced; see config_file)."""
 
@@ -86,6 +98,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_API_PORT": ("api_port", int),
     "SKULK_CLUSTER_PORT": ("cluster_port", int),
     "SKULK_NAMESPACE": ("namespace", str),
+    "SKULK_NODE_NAME": ("node_name", str),
     "SKULK_BOOTSTRAP_PEERS": ("bootstrap_peers", list),
     "SKULK_WARMUP_DEADLINE_SECONDS": ("warmup_deadline_s", float),
     "SKULK_GROUP_CONNECT_DEADLINE_SECONDS": ("group_connect_deadline_s", float),
@@ -94,49 +107,36 @@ _ENV: dict[str, tuple[str, type]] = {
 
 def yaml_fields() -> dict[str, str]:
     """Every setting of the file by its YAML path (`runner.max_batch`; a budget section and
-    `hf_token` are one setting each) -> its NodeConfig field."""
+    `hf_token` and `model_store` are one setting each) -> its NodeConfig field."""
     out = {f"{section}.{key}": name for section, keys in _YAML.items() for key, (name, _) in keys.items()}
-    return out | dict(_BUDGETS) | {key: name for key, (name, _) in _TOP.items()}
+    return out | dict(_BUDGETS) | dict(_SECTIONS) | {key: name for key, (name, _) in _TOP.items()}
 
 
 def default_home() -> Path:
     return Path(os.environ.get("SKULK_HOME") or "~/.skulk").expanduser()
 
 
-def _typed(value: Any, kind: type, where: str) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if kind is list:
-        if isinstance(value, str):
-            return tuple(p.strip() for p in value.split(",") if p.strip())
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise ConfigError(f"{where}: expected a list of strings")
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
-    return value
-
-
 def _from_env(name: str, raw: str, kind: type) -> Any:
     try:
-        return _typed(kind(raw) if kind in (int, float) else raw, kind, name)
+        return typed(kind(raw) if kind in (int, float) else raw, kind, name)
     except ValueError:
         raise ConfigError(f"{name}={raw!r}: expected {kind.__name__}") from None
 
 
-def _from_yaml(path: Path) -> dict[str, Any]:
+def _from_yaml(path: Path, home: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return from_mapping(data, str(path))
+    return from_mapping(data, str(path), home)
 
 
-def from_mapping(data: Any, where: str) -> dict[str, Any]:
+def from_mapping(data: Any, where: str, home: Path) -> dict[str, Any]:
     """A parsed `skulk.yaml` as NodeConfig field values; `where` prefixes every error (the
-    file, or `config` for `PUT /config`, which validates with exactly this)."""
+    file, or `config` for `PUT /config`, which validates with exactly this); `home` gives
+    defaults that depend on it (the staging dir)."""
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -146,7 +146,7 @@ def from_mapping(data: Any, where: str) -> dict[str, Any]:
         if section in _TOP:
             name, kind = _TOP[section]
             if body is not None:
-                out[name] = _typed(body, kind, f"{where}: {section}")
+                out[name] = typed(body, kind, f"{where}: {section}")
             continue
         if section in _BUDGETS:
             if not isinstance(body, dict) or set(body) - {"intensity", "period_s"}:
@@ -154,27 +154,30 @@ def from_mapping(data: Any, where: str) -> dict[str, Any]:
                 named = f"unknown key {section}.{extra[0]}: " if extra else ""
                 raise ConfigError(f"{where}: {named}{section} takes intensity and period_s only")
             out[_BUDGETS[section]] = Budget(
-                intensity=_typed(body.get("intensity", 3), int, f"{where}: {section}.intensity"),
-                period_s=_typed(body.get("period_s", 60.0), float, f"{where}: {section}.period_s"))
+                intensity=typed(body.get("intensity", 3), int, f"{where}: {section}.intensity"),
+                period_s=typed(body.get("period_s", 60.0), float, f"{where}: {section}.period_s"))
+            continue
+        if section in _SECTIONS:
+            out[_SECTIONS[section]] = model_store.parse(body, where, home)
             continue
         keys = _YAML.get(section)
         if keys is None:
             raise ConfigError(f"{where}: unknown section {section!r} (known: "
-                              f"{', '.join(sorted([*_YAML, *_BUDGETS, *_TOP]))})")
+                              f"{', '.join(sorted([*_YAML, *_BUDGETS, *_SECTIONS, *_TOP]))})")
         if not isinstance(body, dict):
             raise ConfigError(f"{where}: section {section!r} must be a mapping")
         for key, value in body.items():
             if key not in keys:
                 raise ConfigError(f"{where}: unknown key {section}.{key}")
             name, kind = keys[key]
-            out[name] = _typed(value, kind, f"{where}: {section}.{key}")
+            out[name] = typed(value, kind, f"{where}: {section}.{key}")
     return out
 
 
 def validate(data: Any, home: Path, where: str = "config") -> NodeConfig:
     """The node's config from this mapping and the defaults alone (what the file means, without
     environment or command line), with the same checks as at start: `ConfigError` names the key."""
-    cfg = replace(NodeConfig(home=home), **from_mapping(data, where))
+    cfg = _named(replace(NodeConfig(home=home), **from_mapping(data, where, home)))
     _check(cfg)
     return cfg
 
@@ -187,7 +190,7 @@ def load(home: Path | None = None, config_path: Path | None = None,
     path = config_path or (Path(env["SKULK_CONFIG"]) if env.get("SKULK_CONFIG") else None)
     if path is None and (home / "skulk.yaml").is_file():
         path = home / "skulk.yaml"
-    values: dict[str, Any] = _from_yaml(path) if path else {}
+    values: dict[str, Any] = _from_yaml(path, home) if path else {}
     for name, (field_name, kind) in _ENV.items():
         if env.get(name):
             values[field_name] = _from_env(name, env[name], kind)
@@ -198,12 +201,28 @@ def load(home: Path | None = None, config_path: Path | None = None,
     unknown = set(values) - known
     if unknown:
         raise ConfigError(f"unknown settings: {sorted(unknown)}")
-    cfg = replace(NodeConfig(home=home, config_path=path), **values)
+    cfg = _named(replace(NodeConfig(home=home, config_path=path), **values))
     _check(cfg)
     return cfg
 
 
+def _named(cfg: NodeConfig) -> NodeConfig:
+    """Without a name of its own (`--node-name`, `node.name`, `SKULK_NODE_NAME`) a node is
+    called by its host name."""
+    return cfg if cfg.node_name else replace(cfg, node_name=socket.gethostname())
+
+
 def _check(cfg: NodeConfig) -> None:
+    if not NODE_NAME.fullmatch(cfg.node_name):
+        raise ConfigError(f"node.name (--node-name, SKULK_NODE_NAME) {cfg.node_name!r}: letters, digits, "
+                          "'.', '_' and '-' only, starting with a letter or digit, at most 253")
+    store = cfg.model_store
+    if store is not None and store.enabled and model_store.same_name(store.store_host, cfg.node_name):
+        taken = {cfg.api_port: "node.api_port", cfg.cluster_port: "node.cluster_port",
+                 cfg.cluster_port + 1: "node.cluster_port + 1"}
+        if store.store_port in taken:
+            raise ConfigError(f"model_store.store_port {store.store_port} is this store host's "
+                              f"{taken[store.store_port]}")
     for name in ("api_port", "cluster_port"):
         port = getattr(cfg, name)
         if not 1 <= port <= 65534:

@@ -25,7 +25,7 @@ SECRET_NAMES = frozenset({"hf_token", "token", "keys", "api_key", "api_keys", "p
 SECRET_SUFFIXES = ("_token", "_key", "_keys", "_secret", "_password")
 
 APPLIED_AT_START: dict[str, str] = {
-    "node": "the supervisor binds the ports and the listen address at start",
+    "node": "the supervisor binds the ports and the listen address, and names the node, at start",
     "cluster": "gossip and the master get namespace, peers and timeouts as arguments at start",
     "heartbeat": "the supervisor's watchdog is built at start",
     "children": "child specs (ready deadline, shutdown time) are built at start",
@@ -35,6 +35,8 @@ APPLIED_AT_START: dict[str, str] = {
     "runner": "runners get their slice as arguments; running ones keep theirs",
     "tracing": "the janitor gets its retention as an argument at start",
     "hf_token": "HF_TOKEN is set for the children at start",
+    "model_store": "the store and the master get the store's and this node's staging settings "
+                   "as arguments at start (upstream: model_store changes need a restart)",
 }
 """Which part of the node reads each section, and when. Every section is read at start today
 (each child gets its slice as arguments), so any change needs a restart; a section that comes

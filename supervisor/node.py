@@ -14,6 +14,7 @@ import secrets
 import sys
 from pathlib import Path
 
+import psutil
 from setproctitle import setproctitle
 
 from skulk.supervisor import exitcodes, logsetup
@@ -63,15 +64,18 @@ def run_node(cfg: NodeConfig) -> int:
     if lock is None:
         log.error("another skulk node is already running with home %s", cfg.home)
         return exitcodes.BOOT_FAILURE
-    log.info("node starting: home %s, api port %d, cluster port %d, pid %d",
-             cfg.home, cfg.api_port, cfg.cluster_port, os.getpid())
+    log.info("node %s starting: home %s, api port %d, cluster port %d, pid %d",
+             cfg.node_name, cfg.home, cfg.api_port, cfg.cluster_port, os.getpid())
     # New per process start, as upstream's node ids. An in-place restart (execv) is the same
     # process (same PID): it keeps its id, so peers see it come back rather than a new node.
     node_id = os.environ.pop(INPLACE_NODE_ID, "") or secrets.token_hex(8)
     log.info("node id %s", node_id)
     if cfg.hf_token:  # upstream: `hf_token` becomes HF_TOKEN (unless set) for every child
         os.environ.setdefault("HF_TOKEN", cfg.hf_token)
-    loop = NodeLoop(cfg, build_tree(cfg, node_id), run)
+    # The process's start time survives an in-place restart (execv) as the node id does: of two
+    # live nodes with one name, the one started later refuses to join (services/gossip/names.py).
+    started = psutil.Process().create_time()
+    loop = NodeLoop(cfg, build_tree(cfg, node_id, started), run)
     code = loop.run()
     if code == exitcodes.ESCALATED:
         log.critical("restart budget exhausted; node stopped (exit %d)", code)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from skulk.supervisor.config import NodeConfig
+from skulk.supervisor.model_store import store_argv
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.wire.version import skulk_version
 
-ROLES = ("bus", "eventlog", "store", "gossip", "master", "api", "janitor")
+ROLES = ("bus", "eventlog", "store", "gossip", "master", "worker", "api", "janitor")
 """Permanent roles in start order; stop order is the reverse."""
 
 GUNICORN_TICK_S = 1.0
@@ -29,16 +30,19 @@ def config_file(cfg: NodeConfig) -> Path:
     return (cfg.config_path or cfg.home / "skulk.yaml").absolute()
 
 
-def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
-    """Each role's own slice of the configuration, as command-line arguments."""
+def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) -> tuple[str, ...]:
+    """Each role's own slice of the configuration, as command-line arguments (`started`: when
+    the node's root process started, which gossip needs to settle a clash of node names)."""
     if role == "api":
         return ("--listen", cfg.listen, "--port", str(cfg.api_port), "--node-id", node_id,
                 "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads),
                 "--keepalive", repr(cfg.api_keepalive_s), "--stall-timeout", repr(cfg.api_stall_timeout_s),
-                "--config-file", str(config_file(cfg)))
+                "--config-file", str(config_file(cfg)), "--node-name", cfg.node_name,
+                *store_argv(cfg.model_store, cfg.node_name, node_id))
     if role == "gossip":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
                 "--master-port", str(cfg.cluster_port + 1), "--node-id", node_id,
+                "--node-name", cfg.node_name, "--started", repr(started),
                 "--namespace", cfg.namespace, "--peers", ",".join(cfg.bootstrap_peers),
                 "--peer-timeout", repr(cfg.peer_timeout_s),
                 "--discovery-port", str(cfg.discovery_port), "--version", skulk_version())
@@ -47,15 +51,21 @@ def role_args(cfg: NodeConfig, role: str, node_id: str) -> tuple[str, ...]:
                 "--election-timeout", repr(cfg.election_timeout_s),
                 "--recreate-backoff", repr(cfg.recreate_backoff_s), "--config-file", str(config_file(cfg)),
                 *(a for m in cfg.place for a in ("--place", m)))
+    if role == "store":
+        return ("--listen", cfg.listen, "--node-id", node_id, "--node-name", cfg.node_name,
+                *store_argv(cfg.model_store, cfg.node_name, node_id))
+    if role == "worker":
+        return ("--node-id", node_id, "--node-name", cfg.node_name, "--listen", cfg.listen,
+                *store_argv(cfg.model_store, cfg.node_name, node_id))
     if role == "janitor":
         return ("--trace-retention-days", repr(cfg.trace_retention_days))
     return ()
 
 
-def build_tree(cfg: NodeConfig, node_id: str) -> SupervisorSpec:
+def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> SupervisorSpec:
     def child(role: str) -> ChildSpec:
         return ChildSpec(id=role, module=f"skulk.services.{role}", title=role,
-                         args=role_args(cfg, role, node_id), restart="permanent",
+                         args=role_args(cfg, role, node_id, started), restart="permanent",
                          shutdown_s=cfg.shutdown_s, ready_timeout_s=cfg.ready_timeout_s,
                          heartbeat_s=max(cfg.heartbeat_s, GUNICORN_TICK_S) if role == "api"
                          else cfg.heartbeat_s, liveness=cfg.liveness)

@@ -12,6 +12,7 @@ from typing import ClassVar
 from skulk.wire.commands import Command, Reply
 from skulk.wire.config_sync import SetConfig
 from skulk.wire.message import Message
+from skulk.wire.staging import PurgeStaging
 from skulk.wire.state import Event, IndexedEvent, NodeInfo, State
 
 
@@ -25,6 +26,7 @@ class PeerHello(Message):
     gossip_port: int
     master_port: int
     known: tuple[str, ...] = ()  # "ip:port" of other gossip endpoints (transitive discovery)
+    started: float = 0.0  # the node's start (epoch s): of two live nodes with one name, the later refuses
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,7 +115,7 @@ class RunnerLoad(Message):
 class ForwardCommand(Message):
     TYPE: ClassVar[str] = "cluster.forward_command"
     node_id: str
-    command: Command | SetConfig
+    command: Command | SetConfig | PurgeStaging
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

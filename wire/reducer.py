@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from skulk.wire.catalog import NodeCatalogUpdated, catalog_key
 from skulk.wire.config_sync import ConfigChanged
+from skulk.wire.staging import NodeDownloadUpdated, StagingPurged
 from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
                               NodeRestarting, NodeTimedOut, RecreationAbandoned,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
@@ -61,6 +63,13 @@ def _apply(state: State, event: object) -> State:
         return replace(state, tasks={k: v for k, v in state.tasks.items() if k != event.task_id})
     if isinstance(event, ConfigChanged):
         return replace(state, config=event.config)
+    if isinstance(event, NodeDownloadUpdated):
+        mine = {**state.downloads.get(event.node_id, {}), event.progress.model_id: event.progress}
+        return replace(state, downloads={**state.downloads, event.node_id: mine})
+    if isinstance(event, StagingPurged):
+        return replace(state, purge=event)
+    if isinstance(event, NodeCatalogUpdated):
+        return replace(state, catalog={**state.catalog, catalog_key(event): event})
     if isinstance(event, NodeGatheredInfo):
         return replace(state, nodes={**state.nodes, event.info.node_id: event.info})
     if isinstance(event, NodeRestarting):  # `until` 0: the node is back
@@ -76,6 +85,8 @@ def _apply(state: State, event: object) -> State:
             state, nodes={k: v for k, v in state.nodes.items() if k != event.node_id},
             restarting={k: v for k, v in state.restarting.items() if k != event.node_id},
             deleted=_trim(deleted),
+            downloads={k: v for k, v in state.downloads.items() if k != event.node_id},
+            catalog={k: v for k, v in state.catalog.items() if v.node_id != event.node_id},
             instances={k: v for k, v in state.instances.items() if k not in gone},
             runners={k: v for k, v in state.runners.items() if k not in runners},
             tasks={k: v for k, v in state.tasks.items() if v.instance_id not in gone})

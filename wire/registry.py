@@ -10,6 +10,8 @@ from skulk.wire import cluster as cl
 from skulk.wire import commands as cmd
 from skulk.wire import config_sync as cs
 from skulk.wire import inference as inf
+from skulk.wire import catalog as ct
+from skulk.wire import staging as sg
 from skulk.wire import state as st
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.message import Message
@@ -39,6 +41,10 @@ ALL: tuple[type[Message], ...] = (
     cmd.CommandAccepted, cmd.CommandRejected, cmd.Routed, cmd.StateSnapshot,
     # the cluster-wide skulk.yaml (its event is in st.EVENT_TYPES)
     cs.ClusterConfig, cs.SetConfig,
+    # staging and the model store (its events are in st.EVENT_TYPES)
+    sg.DownloadProgress, sg.DownloadReport, sg.PurgeStaging,
+    # the model catalog (its event is in st.EVENT_TYPES)
+    ct.CatalogReport,
     # data plane: API <-> runner
     inf.Generate, inf.Cancel, inf.Started, inf.Progress, inf.TopLogprob, inf.TokenChunk,
     inf.Done, inf.Failed, inf.Embed, inf.Embeddings, inf.RankHello, inf.RankInsert, inf.RankStep,

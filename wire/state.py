@@ -12,7 +12,9 @@ from typing import ClassVar, Literal
 
 from skulk.wire.config_sync import ClusterConfig, ConfigChanged
 from skulk.wire.message import Message
+from skulk.wire.catalog import NodeCatalogUpdated
 from skulk.wire.models import ModelCard
+from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated, StagingPurged
 
 RUNNER_KINDS = ("RunnerIdle", "RunnerConnecting", "RunnerConnected", "RunnerLoading",
                 "RunnerLoaded", "RunnerWarmingUp", "RunnerReady", "RunnerRunning",
@@ -177,6 +179,9 @@ class State(Message):
     deleted: dict[str, DeletionNote] = field(default_factory=dict)
     restarting: dict[str, float] = field(default_factory=dict)  # node id -> kept until (wall clock)
     config: ClusterConfig | None = None  # the cluster-wide skulk.yaml, once `PUT /config` set one
+    downloads: dict[str, dict[str, DownloadProgress]] = field(default_factory=dict)  # node -> model -> copy
+    purge: StagingPurged | None = None  # the operator's last purge (each worker acts on it once)
+    catalog: dict[str, NodeCatalogUpdated] = field(default_factory=dict)  # `catalog_key` -> the models there
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -274,10 +279,10 @@ class NodeGatheredInfo(Message):
 
 Event = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
          | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting
-         | ConfigChanged)
+         | ConfigChanged | NodeDownloadUpdated | StagingPurged | NodeCatalogUpdated)
 EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, RunnerStatusUpdated, TaskCreated,
                TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut, NodeRestarting,
-               ConfigChanged)
+               ConfigChanged, NodeDownloadUpdated, StagingPurged, NodeCatalogUpdated)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

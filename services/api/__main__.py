@@ -29,7 +29,8 @@ from skulk.services import faults
 from skulk.services.api.app import create_app
 from skulk.services.api.gateway import StreamTiming
 from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent, parse_child_args
-from skulk.supervisor import exitcodes
+from skulk.supervisor import exitcodes, model_store
+from skulk.supervisor.model_store import ModelStoreConfig
 from skulk.wire import endpoints
 from skulk.wire.control import ChildReady
 from skulk.wire.sockets import make_socket, send
@@ -77,9 +78,13 @@ def report_ready_from_worker(runtime: ChildRuntime, worker: Any) -> None:
 
 class ApiApplication(BaseApplication):
     def __init__(self, runtime: ChildRuntime, sock: socket.socket, workers: int, threads: int,
-                 graceful_s: float, node_id: str, timing: StreamTiming, config_file: str = "") -> None:
+                 graceful_s: float, node_id: str, timing: StreamTiming, config_file: str = "",
+                 store: ModelStoreConfig | None = None, staging_root: Path | None = None,
+                 listen: str = "0.0.0.0") -> None:
         self.runtime = runtime
+        self.listen = listen
         self.config_file = config_file
+        self.store, self.staging_root = store, staging_root
         self.node_id = node_id
         self.timing = timing
         self.sock = sock
@@ -108,7 +113,8 @@ class ApiApplication(BaseApplication):
     def load(self) -> Any:
         args = self.runtime.args
         return create_app(args.home, args.run_dir, self.node_id, self.timing,
-                          Path(self.config_file) if self.config_file else None)
+                          Path(self.config_file) if self.config_file else None, self.staging_root, self.store,
+                          self.listen)
 
     def run(self) -> None:
         SupervisedArbiter.runtime = self.runtime
@@ -136,7 +142,12 @@ def main() -> None:
     p.add_argument("--stall-timeout", type=float, default=StreamTiming.stall_s)
     p.add_argument("--keepalive", type=float, default=StreamTiming.keepalive_s)
     p.add_argument("--config-file", default="")  # the node's skulk.yaml (GET/PUT /config)
+    p.add_argument("--node-name", default="")
+    model_store.add_store_arguments(p)  # none: no store
     ns = p.parse_args(args.rest)
+    store = model_store.store_from_args(ns, args.home)
+    host = store is not None and model_store.is_store_host(store, ns.node_name, ns.node_id)
+    staging = store.staging.node_cache_path if store and store.staging.enabled and not host else None
     # A private context: gunicorn forks workers after this, and they must not share it.
     runtime = ChildRuntime("api", args, ctx=zmq.Context())
     use_skulk_titles(args.title)
@@ -148,7 +159,7 @@ def main() -> None:
         os._exit(exitcodes.BOOT_FAILURE)
     ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0, node_id=ns.node_id,
                    timing=StreamTiming(stall_s=ns.stall_timeout, keepalive_s=ns.keepalive),
-                   config_file=ns.config_file).run()
+                   config_file=ns.config_file, store=store, staging_root=staging, listen=ns.listen).run()
 
 
 main()

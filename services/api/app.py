@@ -18,16 +18,19 @@ from skulk.services.api.gateway import Gateway, StreamTiming
 from skulk.services.api.generation import Generation
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.routes import ROUTES
+from skulk.supervisor.model_store import ModelStoreConfig
 from skulk.wire.version import skulk_version
 
 
 def create_app(home: Path, run_dir: Path, node_id: str, timing: StreamTiming | None = None,
-               config_file: Path | None = None) -> falcon.App:
+               config_file: Path | None = None, staging_root: Path | None = None,
+               store: ModelStoreConfig | None = None, listen: str = "0.0.0.0") -> falcon.App:
     replica = StateReplica(run_dir)
     gateway = Gateway(run_dir, replica, timing or StreamTiming())
     return build_app(Deps(replica=replica, gateway=gateway, generation=Generation(gateway, replica, node_id),
                           node_id=node_id, models=home / "models", version=skulk_version(),
-                          config_file=config_file or home / "skulk.yaml"))
+                          config_file=config_file or home / "skulk.yaml", home=home,
+                          staging_root=staging_root, store=store, listen=listen))
 
 
 def build_app(deps: Deps, routes: tuple[Route, ...] = ROUTES) -> falcon.App:

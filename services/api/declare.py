@@ -19,6 +19,7 @@ from skulk.services.api.gateway import Gateway
 from skulk.services.api.generation import Generation
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.schema import Schema
+from skulk.supervisor.model_store import ModelStoreConfig
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -62,6 +63,10 @@ class Deps:
     models: Path
     version: str
     config_file: Path
+    home: Path = Path(".")
+    staging_root: Path | None = None  # model_store staging (None: no store configured)
+    store: ModelStoreConfig | None = None  # the cluster's model store (None: none)
+    listen: str = "0.0.0.0"  # the API's address (on loopback, the store is reached on loopback)
     routes: tuple[Route, ...] = ()
     """The table being served (the OpenAPI resource publishes it)."""
 

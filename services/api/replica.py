@@ -89,7 +89,10 @@ class StateReplica:
             if (self._state is None or self._behind_since is not None) and self._asked_at is None:
                 send(dealer, SnapshotRequest(command_id=uuid.uuid4().hex), flags=zmq.NOBLOCK)
                 self._asked_at = now
-            ready = dict(poller.poll(500))
+            try:
+                ready = dict(poller.poll(500))
+            except zmq.ContextTerminated:  # the process is stopping
+                return
             try:
                 if sub in ready:
                     for _ in range(1000):

@@ -14,7 +14,8 @@ from skulk.services.api.declare import NDJSON, SSE, Deps, Op, Param, Route
 from skulk.services.api.openapi import OPENAPI, OpenApiResource
 from skulk.services.api.embedding_request import EMBEDDING_LIST, EMBEDDING_REQUEST
 from skulk.services.api.resources import (admin, anthropic, cancel, completions, config, diagnostics, health,
-                                           instance, models, node_id, ollama, place, previews, responses, state)
+                                           instance, models, node_id, ollama, place, previews, responses, state,
+                                           store, store_proxy)
 from skulk.services.api.resources.embeddings import EmbeddingsResource
 from skulk.services.api.resources.chat import ChatResource
 from skulk.services.api.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array
@@ -23,6 +24,14 @@ from skulk.services.api.state_json import INSTANCE, MODEL_LIST, STATE
 GENERATION_ERRORS = (400, 404, 499, 500, 503)
 """A generation's refusals and failures: bad request or context too long (400), no instance of
 the model (404), cancelled (499), engine failure (500), busy or no master (503)."""
+
+
+def _store(d: Deps) -> store_proxy.StoreClient:
+    return store_proxy.StoreClient(d.store, d.replica, d.listen)
+
+
+def _catalog(d: Deps) -> models.Catalog:
+    return models.Catalog(d.replica, d.node_id, d.models)
 
 
 def ollama_paths(name: str, aliases: tuple[str, ...] = ("",)) -> tuple[str, ...]:
@@ -70,11 +79,11 @@ ROUTES: tuple[Route, ...] = (
     ollama_route("generate", lambda d: ollama.OllamaGenerateResource(d.generation, "generate"), {
         "POST": _generation_op("Ollama generate (streams NDJSON unless `stream: false`)",
                                ollama.GENERATE_REQUEST, ollama.GENERATE_RESPONSE, NDJSON)}),
-    ollama_route("tags", lambda d: ollama.OllamaTagsResource(d.models), {
+    ollama_route("tags", lambda d: ollama.OllamaTagsResource(_catalog(d)), {
         "GET": Op("The models on this node's disk", ok=ollama.TAGS)}, ("", "/api", "/v1")),
-    ollama_route("show", lambda d: ollama.OllamaShowResource(d.models), {
+    ollama_route("show", lambda d: ollama.OllamaShowResource(_catalog(d)), {
         "POST": Op("One model's details", ok=ollama.SHOW, body=ollama.SHOW_REQUEST, errors=(400, 404))}),
-    ollama_route("ps", lambda d: ollama.OllamaPsResource(d.replica, d.models), {
+    ollama_route("ps", lambda d: ollama.OllamaPsResource(d.replica, _catalog(d)), {
         "GET": Op("The models with an instance in the cluster", ok=ollama.PS)}),
     ollama_route("version", lambda d: ollama.OllamaVersionResource(d.version), {
         "GET": Op("This node's version", ok=ollama.VERSION), "HEAD": Op("Liveness")}),
@@ -82,12 +91,12 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("Says \"Ollama is running\"", ok=STRING, media="text/plain"), "HEAD": Op("Liveness")},
           "ollama"),
     # ---- models, placement, instances --------------------------------------------------------------
-    Route("/v1/models", lambda d: models.ModelsResource(d.models), {
+    Route("/v1/models", lambda d: models.ModelsResource(_catalog(d)), {
         "GET": Op("The models on this node's disk", ok=MODEL_LIST)}, "cluster", aliases=("/models",)),
-    Route("/place_instance", lambda d: place.PlaceResource(d.gateway, d.replica, d.models), {
+    Route("/place_instance", lambda d: place.PlaceResource(d.gateway, d.replica, _catalog(d)), {
         "POST": Op("Place an instance of a model on the cluster", ok=place.PLACED, body=place.PLACE_REQUEST,
                    errors=(400, 404, 503))}, "cluster"),
-    Route("/instance/previews", lambda d: previews.PreviewsResource(d.replica, d.models), {
+    Route("/instance/previews", lambda d: previews.PreviewsResource(d.replica, _catalog(d)), {
         "GET": Op("Every placement the cluster could make for a model, and why not where it cannot",
                   ok=previews.PREVIEWS, errors=(400, 404, 503),
                   query=(Param("model_id", TEXT, "the model", required=True),
@@ -113,6 +122,26 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("This node's skulk.yaml, secrets stripped", ok=config.CONFIG, errors=(500,)),
         "PUT": Op("Validate, save and share the cluster's configuration", ok=config.CONFIG_SAVED,
                   body=config.CONFIG_REQUEST, errors=(400, 422, 503))}, "admin"),
+    Route("/store/storage", lambda d: store.StorageResource(d.replica, d.node_id, d.home, d.staging_root), {
+        "GET": Op("This node's staged models, event log and disk (local only: ask each node)",
+                  ok=store.STORAGE)}, "store"),
+    Route("/store/purge-staging", lambda d: store.PurgeResource(d.gateway), {
+        "POST": Op("Remove staged copies nobody uses, on every node (`{}`: all; `modelId`: one)",
+                   ok=store.PURGED, body=store.PURGE_REQUEST, errors=(400, 422, 503))}, "store"),
+    Route("/store/health", lambda d: store_proxy.StoreHealthResource(_store(d)), {
+        "GET": Op("The store host's disk (503: no store, or unreachable)", ok=store_proxy.STORE_HEALTH,
+                  errors=(503,))}, "store"),
+    Route("/store/registry", lambda d: store_proxy.StoreRegistryResource(_store(d)), {
+        "GET": Op("The models in the store", ok=store_proxy.STORE_REGISTRY, errors=(503,))}, "store"),
+    Route("/store/models/{org}/{name}", lambda d: store_proxy.StoreModelResource(_store(d)), {
+        "DELETE": Op("Delete a model from the store", ok=store_proxy.STORE_DELETED, errors=(400, 404, 503))},
+          "store"),
+    Route("/store/models/{org}/{name}/download", lambda d: store_proxy.StoreModelResource(_store(d)), {
+        "POST": Op("Fetch a model from Hugging Face into the store", ok=store_proxy.DOWNLOAD,
+                   errors=(400, 409, 503))}, "store", suffix="download"),
+    Route("/store/models/{org}/{name}/download/status", lambda d: store_proxy.StoreModelResource(_store(d)), {
+        "GET": Op("A store download's progress", ok=store_proxy.DOWNLOAD, errors=(400, 404, 503))},
+          "store", suffix="status"),
     Route("/admin/restart", lambda d: admin.AdminRestartResource(d.gateway, d.node_id), {
         "POST": Op("Replace a node's process in place (same PID)", ok=admin.RESTARTING, errors=(404, 503),
                    query=(Param("node_id", STRING, "the node to restart (default: this one)"),),

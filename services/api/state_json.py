@@ -10,6 +10,7 @@ from typing import Any
 from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, array, enum, map_of, obj,
                                        tagged)
 from skulk.wire.models import ModelCard
+from skulk.wire.staging import DownloadKind, DownloadProgress
 from skulk.wire.state import Instance, NodeInfo, RunnerStatus, State, Task
 
 GIB = 1024 ** 3
@@ -86,6 +87,19 @@ def node_health(info: NodeInfo, now_wall: float) -> dict[str, Any]:
     return {"level": level, "reasons": reasons}
 
 
+def download_json(node_id: str, p: DownloadProgress) -> dict[str, Any]:
+    """Upstream's tagged download progress (`DownloadPending|Ongoing|Completed|Failed`)."""
+    body: dict[str, Any] = {"nodeId": node_id, "modelId": p.model_id}
+    if p.kind == DownloadKind.ONGOING:
+        body["downloadProgress"] = {"downloadedBytes": {"inBytes": p.done_bytes},
+                                    "totalBytes": {"inBytes": p.total_bytes}, "speed": p.rate_bps}
+    elif p.kind == DownloadKind.COMPLETED:
+        body["totalBytes"] = {"inBytes": p.total_bytes}
+    elif p.kind == DownloadKind.FAILED:
+        body["errorMessage"] = p.error_message
+    return {p.kind: body}
+
+
 def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
     now_wall = time.time() if now_wall is None else now_wall
     nodes = state.nodes
@@ -93,7 +107,8 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "instances": {i: instance_json(inst) for i, inst in state.instances.items()},
         "runners": {r: runner_json(s) for r, s in state.runners.items()},
         "tasks": {t: task_json(task) for t, task in state.tasks.items()},
-        "downloads": {},
+        "downloads": {n: [download_json(n, p) for _m, p in sorted(models.items())]
+                      for n, models in state.downloads.items()},
         "lastSeen": {n: iso(info.when) for n, info in nodes.items()},
         "topology": {"nodes": sorted(nodes), "connections": {}},
         "tracingEnabled": False,

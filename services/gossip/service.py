@@ -4,6 +4,8 @@ published on the local bus for the master.
 
 A hello from another namespace is refused and logged; frames that do not decode are logged and
 dropped. Peers are dialled by IP only (advertised addresses or configured bootstrap peers).
+Node names are unique in a cluster: who yields on a clash is decided in `names.py`; a node
+that must not join says so (ERROR, and in its status) and stays a cluster of one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.base import ServiceLoop
+from skulk.services.gossip.names import Clash, Named, judge
 from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
 from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import WireError
@@ -70,11 +73,14 @@ class Gossip:
         self.bootstrap = {p for p in ns.peers.split(",") if p}
         self.learned: dict[str, float] = {}  # endpoint -> until (monotonic), from peers or UDP
         self.started = time.time()
+        self.me = Named(ns.node_id, ns.node_name, ns.started)
+        self.refused = ""  # why this node does not join (a name clash); "" while it may
+        self.warned: set[tuple[str, str]] = set()  # (ignored node, holder) pairs already logged
 
     def info(self) -> NodeInfo:
         mem = psutil.virtual_memory()
         disk = psutil.disk_usage(str(self.loop.rt.args.home))
-        return NodeInfo(node_id=self.ns.node_id, friendly_name=socket.gethostname(),
+        return NodeInfo(node_id=self.ns.node_id, friendly_name=self.ns.node_name,
                         skulk_version=self.ns.version, ram_total=int(mem.total),
                         ram_available=int(mem.available), when=time.time(),
                         addresses=self.addresses, disk_total=int(disk.total),
@@ -82,7 +88,8 @@ class Gossip:
 
     def hello(self) -> None:
         msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,
-                        master_port=self.ns.master_port, known=tuple(sorted(self.table.endpoints())))
+                        master_port=self.ns.master_port, known=tuple(sorted(self.table.endpoints())),
+                        started=self.ns.started)
         for endpoint in sorted(self.bootstrap | set(self.learned) | self.table.endpoints()):
             sock = self.dealers.get(endpoint)
             if sock is None:
@@ -105,7 +112,7 @@ class Gossip:
                 log.warning("gossip: refused node %s from another namespace", msg.info.node_id)
                 continue
             address = pick_address(msg.info.addresses, None)
-            if address is None:
+            if address is None or self.refused or not self.admit(msg, address):
                 continue
             if self.table.heard(msg, address, time.monotonic()):
                 log.info("gossip: node %s (%s) joined at %s", msg.info.node_id,
@@ -114,7 +121,49 @@ class Gossip:
             for endpoint in msg.known:  # transitive discovery
                 self.learn(endpoint)
 
+    # ---- unique node names (decided in names.py) ----------------------------------------------
+    def admit(self, msg: PeerHello, address: str) -> bool:
+        """Whether a hello's node may be a member, by its name; acts on a clash."""
+        sender = Named(msg.info.node_id, msg.info.friendly_name, msg.started)
+        members = [Named(n, p.hello.info.friendly_name, p.hello.started) for n, p in self.table.peers.items()]
+        decision = judge(self.me, members, sender)
+        other = decision.other
+        if decision.clash is Clash.REFUSE_SELF:
+            self.refuse(sender, f"{address}:{msg.gossip_port}")
+            return False
+        if decision.clash is Clash.IGNORE_SENDER and other is not None:
+            if (sender.node_id, other.node_id) not in self.warned:
+                self.warned.add((sender.node_id, other.node_id))
+                log.warning("gossip: node %s at %s calls itself %r, the name of node %s%s, which started "
+                            "first: not admitted while that node is live", sender.node_id, address,
+                            sender.name, other.node_id, " (this node)" if other == self.me else "")
+            self.learn(f"{address}:{msg.gossip_port}")  # so it hears the holder's hello and refuses
+            return False
+        if decision.clash is Clash.DROP_MEMBER and other is not None:
+            log.warning("gossip: node %s was admitted under the name %r, but node %s holds it since "
+                        "earlier: dropped", other.node_id, other.name, sender.node_id)
+            self.table.peers.pop(other.node_id, None)
+            self.publish(self.info())
+        return True
+
+    def refuse(self, holder: Named, endpoint: str) -> None:
+        """This node started after a live node of the same name: it leaves every peer and stays
+        a cluster of one (until it is restarted with another name)."""
+        self.refused = (f"refused to join: node name {self.me.name!r} is already used by node "
+                        f"{holder.node_id} at {endpoint}, which started first; restart this node "
+                        f"with another --node-name")
+        log.error("gossip: %s", self.refused)
+        self.table.peers.clear()
+        self.bootstrap.clear()
+        self.learned.clear()
+        for dialled in list(self.dealers):
+            self.unwatch(dialled)
+            self.dealers.pop(dialled).close(0)
+        self.publish(self.info())
+
     def learn(self, endpoint: str) -> None:
+        if self.refused:
+            return
         if endpoint not in self.table.endpoints() and endpoint not in self.bootstrap:
             self.learned[endpoint] = time.monotonic() + LEARNED_TTL_S
 
@@ -162,7 +211,7 @@ class Gossip:
                     for p in self.table.peers.values()]
         self.loop.publish(EVT_CLUSTER, Membership(node_id=self.ns.node_id, members=tuple(members)),
                           suffix="membership")
-        self.loop.status_detail = f"{len(members)} node(s), namespace {self.ns.namespace}"
+        self.loop.status_detail = self.refused or f"{len(members)} node(s), namespace {self.ns.namespace}"
 
     # ---- LAN discovery ---------------------------------------------------------------------
     def open_discovery(self) -> socket.socket | None:
@@ -203,6 +252,8 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--master-port", type=int, required=True)
     p.add_argument("--node-id", required=True)
+    p.add_argument("--node-name", default=socket.gethostname())  # shown as friendlyName; unique in the cluster
+    p.add_argument("--started", type=float, default=0.0)  # the node's start (epoch s): settles name clashes
     p.add_argument("--namespace", default="skulk")
     p.add_argument("--peers", default="")
     p.add_argument("--peer-timeout", type=float, default=1.5)

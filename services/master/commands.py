@@ -11,6 +11,7 @@ from skulk.wire.placement import PlacementError, place
 from skulk.services.master.config_sync import set_config
 from skulk.services.master.routing import RouteError, route
 from skulk.wire.config_sync import SetConfig
+from skulk.wire.staging import PurgeStaging, StagingPurged
 from skulk.wire.commands import (INSTANCE_LOST, NOT_EMBEDDING, NOT_GENERATIVE, RUNNER_LOST, CommandAccepted,
                                  CommandRejected, DeleteInstance, PlaceInstance, Reply, Routed,
                                  SnapshotRequest, RejectReason, StateSnapshot, TaskCancelled,
@@ -126,6 +127,9 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str],
         return Outcome(*set_config(state, cmd, time.time()))
     if isinstance(cmd, SnapshotRequest):
         return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
+    if isinstance(cmd, PurgeStaging):  # every node's worker purges when it applies the event
+        return Outcome(CommandAccepted(command_id=cmd.command_id),
+                       [StagingPurged(command_id=cmd.command_id, model_id=cmd.model_id)])
     if isinstance(cmd, PlaceInstance):
         placed = place(state, cmd, new_id)
         if isinstance(placed, PlacementError):

@@ -1,12 +1,15 @@
 """The master's loop (every node runs one): election; the leader indexes events and pushes
 them to followers, which apply them in order and republish them locally; commands from any
 API reach the leader (held and re-forwarded across elections, 503 after a deadline); runner
-facts go to the leader. Tokens never pass through here. See docs/architecture.md."""
+facts go to the leader. Tokens never pass through here. See docs/architecture.md.
+
+This file owns the sockets and the loop; the leader's work is in `leading.py`, the follower's
+in `following.py`, this node's own facts in `local_facts.py` (mixins of `Master`). Starting and
+stopping this node's runners, and staging their models, is the worker's (services/worker/)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import time
 import uuid
@@ -15,30 +18,29 @@ from typing import Any
 import zmq
 
 from skulk.services.base import ServiceLoop
-from skulk.services.master.commands import describe, handle, lost_changes
 from skulk.services.master.desk import CommandDesk
 from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
-from skulk.services.master.failures import RecoveryPolicy, process_ended
+from skulk.services.master.failures import RecoveryPolicy
+from skulk.services.master.following import Following
+from skulk.services.master.leading import Leading
+from skulk.services.master.local_facts import LocalFacts
 from skulk.services.master.loads import RunnerLoads
 from skulk.services.master.peer_links import MAX_PEER_FRAME, PeerLinks
 from skulk.services.master import config_sync, saved_state
-from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.replication import SessionLog, seed
 from skulk.services.master.roster import Roster
-from skulk.services.master.runner_keeper import RunnerKeeper
+from skulk.services.master.restart import NodeRestart
 from skulk.wire import endpoints
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce,
                                 LocalEvent, Membership, ReplayRequest, RunnerLoad, SnapshotPush)
 from skulk.wire.commands import (CommandAccepted, CommandRejected, RejectReason, RestartNode,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import WireError
-from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.message import Message
-from skulk.wire.reducer import apply
-from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, recv_published, recv_routed,
-                                send, send_routed)
-from skulk.wire.state import (RESTART_GRACE_S, IndexedEvent, NodeRestarting, RunnerStatus,
-                              RunnerStatusUpdated, State, StateHead)
+from skulk.wire.catalog import NodeCatalogUpdated
+from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated
+from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send_routed
+from skulk.wire.state import NodeRestarting, RunnerStatus, RunnerStatusUpdated, State, StateHead
 from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.master")
@@ -49,7 +51,7 @@ def _rejected(exc: WireError) -> None:
     log.warning("master: rejected a bad frame on the cluster port: %s", exc)
 
 
-class Master:
+class Master(Leading, Following, LocalFacts):
     def __init__(self, loop: ServiceLoop, ns: argparse.Namespace) -> None:
         self.loop, self.ns, self.node_id = loop, ns, ns.node_id
         self.election = Election(ns.node_id, timeout_s=ns.election_timeout, incarnation=uuid.uuid4().hex[:6])
@@ -72,10 +74,11 @@ class Master:
         self.cluster = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
                                    bind=f"tcp://{ns.listen}:{ns.port}")
         self.sub = make_socket(loop.ctx, zmq.SUB, hwm=10000, connect=endpoints.bus_out(run),
-                               subscribe=(b"evt.runner.", b"evt.supervisor.", b"evt.cluster."))
-        self.keeper = RunnerKeeper(
-            make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run)),
-            ns.node_id, loop.rt.args.home / "models", ns.listen, ns.advertise, lambda: self.state)
+                               subscribe=(b"evt.runner.", b"evt.supervisor.", b"evt.cluster.", b"evt.download.",
+                                          b"evt.catalog."))
+        self.restarter = NodeRestart(make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run)))
+        self.local_downloads: dict[str, DownloadProgress] = {}  # this node's copies (the worker's reports)
+        self.local_catalog: dict[str, NodeCatalogUpdated] = {}  # this node's models (the store role's reports)
 
     def act(self, actions: list[Any]) -> None:
         if actions and self.desk.held:  # a session boundary: what was in flight cannot carry over
@@ -112,61 +115,6 @@ class Master:
     def to_peers(self, msg: Message) -> None:
         self.peers.broadcast(msg)
 
-    def emit(self, events: list[Message]) -> None:
-        """Leader only: index, apply, publish locally, push to followers."""
-        batch = []
-        for event in events:
-            indexed = IndexedEvent(idx=self.state.last_event_applied_idx + 1,
-                                   session=self.state.session, event=event)  # type: ignore[arg-type]
-            self.state = apply(self.state, indexed)
-            self.loop.publish(EVT_STATE, indexed, suffix=event.TYPE)
-            assert self.log is not None
-            self.log.append(indexed)
-            batch.append(indexed)
-        if batch:
-            self.to_peers(EventBatch(session=self.state.session, events=tuple(batch)))
-            self.keeper.poke(batch)
-            self.config_file.sync(self.state)
-
-    def follow(self, batch: EventBatch) -> None:
-        if self.election.is_leader:
-            return
-        if batch.session != self.state.session:
-            self.ask_replay(-1)
-            return
-        for ev in batch.events:
-            if ev.idx <= self.state.last_event_applied_idx:
-                continue
-            if ev.idx != self.state.last_event_applied_idx + 1:
-                self.ask_replay(self.state.last_event_applied_idx)
-                return
-            self.state = apply(self.state, ev)
-            self.loop.publish(EVT_STATE, ev, suffix=ev.event.TYPE)
-        self.keeper.poke(batch.events)
-        self.config_file.sync(self.state)
-
-    def ask_replay(self, since: int) -> None:
-        sock = self.leader_sock()
-        if sock is not None:
-            send(sock, ReplayRequest(node_id=self.node_id, session=self.state.session, since=since),
-                 flags=zmq.NOBLOCK)
-
-    def adopt(self, snapshot: State) -> None:
-        if self.election.is_leader or snapshot.session != self.election.session:
-            return
-        self.state = snapshot
-        self.config_file.sync(snapshot)
-        self.publish_head()
-        self.back_from_restart()
-        for rid, status in self.local_runners.items():
-            self.runner_fact(rid, status)
-        if self.deposed is not None:
-            for cmd in lost_changes(self.deposed, snapshot, lambda: uuid.uuid4().hex):
-                log.warning("re-submitting %s to leader %s (it was ours before the sessions merged)",
-                            describe(cmd), self.election.leader)
-                self.command(None, cmd)
-            self.deposed = None
-
     def publish_head(self) -> None:
         self.loop.publish(EVT_STATE, StateHead(idx=self.state.last_event_applied_idx,
                                                session=self.state.session), suffix="head")
@@ -186,36 +134,11 @@ class Master:
         self.desk.hold(command_id, envelope, cmd, time.monotonic())
         self.forward(command_id)
 
-    def execute(self, cmd: Message) -> Message:
-        command_id = getattr(cmd, "command_id", "")
-        reply = self.desk.cached(command_id)
-        if reply is None:
-            outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex, self.loads.loads)
-            self.emit(outcome.events)
-            self.election.commands += bool(outcome.events)
-            reply = outcome.reply
-            self.desk.remember(command_id, reply)
-        return reply
-
     def answer(self, envelope: list[bytes] | None, reply: Message) -> None:
         if envelope is not None:
             send_routed(self.local, envelope, reply)
         else:
             log.info("boot command: %s", getattr(reply, "message", reply.TYPE))
-
-    def forward(self, command_id: str) -> None:
-        sock, held = self.leader_sock(), self.desk.held.get(command_id)
-        if sock is not None and held is not None:
-            send(sock, ForwardCommand(node_id=self.node_id, command=held.command),  # type: ignore[arg-type]
-                 flags=zmq.NOBLOCK)
-
-    def flush_pending(self) -> None:
-        for command_id in list(self.desk.held):
-            if self.election.is_leader:
-                held = self.desk.held.pop(command_id)
-                self.answer(held.envelope, self.execute(held.command))
-            else:
-                self.forward(command_id)
 
     def on_local(self, sock: zmq.Socket[Any]) -> None:
         def refuse(exc: WireError) -> None:
@@ -250,6 +173,9 @@ class Master:
             elif isinstance(msg, LocalEvent) and self.election.is_leader:
                 if isinstance(msg.event, RunnerStatusUpdated):
                     self.runner_fact(msg.event.runner_id, msg.event.status)
+                elif isinstance(msg.event, NodeDownloadUpdated | NodeCatalogUpdated) \
+                        and msg.event.node_id == msg.node_id and not self.indexed(msg.event):
+                    self.local_fact(msg.event)
                 elif isinstance(msg.event, NodeRestarting) and msg.event.node_id == msg.node_id:
                     self.local_fact(msg.event)
             elif isinstance(msg, RestartNode) and msg.node_id == self.node_id:
@@ -275,47 +201,6 @@ class Master:
             elif isinstance(msg, SnapshotPush):
                 self.adopt(msg.state)
 
-    def on_bus(self, sock: zmq.Socket[Any]) -> None:
-        for _topic, msg in drain(sock, recv_published):
-            if isinstance(msg, RunnerReport):
-                self.local_runners[msg.runner_id] = msg.status
-                self.runner_fact(msg.runner_id, msg.status)
-                if (load := self.loads.on_report(msg, time.monotonic())) and (to := self.leader_sock()):
-                    with contextlib.suppress(zmq.Again):  # routing's; resent anyway
-                        send(to, load, flags=zmq.NOBLOCK)
-            elif isinstance(msg, ChildLifecycle) and (status := process_ended(msg, self.node_id)):
-                self.local_runners[msg.child_id] = status
-                self.runner_fact(msg.child_id, status)
-            elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == "restarting":
-                self.leaving = True  # kept by the leader, with its instances, while gossip does not hear it
-                self.local_fact(NodeRestarting(node_id=self.node_id, until=time.time() + RESTART_GRACE_S))
-            elif isinstance(msg, Membership) and msg.node_id == self.node_id:
-                self.membership(msg)
-
-    def runner_fact(self, runner_id: str, status: RunnerStatus) -> None:
-        if self.state.runners.get(runner_id) != status:
-            self.local_fact(RunnerStatusUpdated(runner_id=runner_id, status=status))
-
-    def local_fact(self, event: RunnerStatusUpdated | NodeRestarting) -> None:
-        """A node's own fact (runner status, in-place restart): indexed if we lead, else a `LocalEvent`."""
-        if not self.election.is_leader:
-            if (sock := self.leader_sock()) is not None:
-                send(sock, LocalEvent(node_id=self.node_id, event=event), flags=zmq.NOBLOCK)
-            return
-        previous = self.state.runners.get(event.runner_id) if isinstance(event, RunnerStatusUpdated) else None
-        self.emit([event])
-        if isinstance(event, RunnerStatusUpdated) and event.status.kind == "RunnerFailed" \
-                and (previous is None or previous.kind != "RunnerFailed"):  # delete, re-create later
-            self.emit(runner_failed(self.state, event.runner_id, event.status, time.time(),
-                                    self.policy))
-
-    def recreate_due(self) -> None:
-        """Leader: make the re-creations that are due (whoever led when their runner failed)."""
-        while self.election.is_leader and (events := next_recreation(
-                self.state, time.time(), lambda: uuid.uuid4().hex, self.policy)):
-            self.emit(events)
-            self.election.commands += 1
-
     def membership(self, msg: Membership) -> None:
         members = {m.info.node_id: m for m in msg.members}
         self.peers.sync(members)
@@ -328,15 +213,11 @@ class Master:
                 self.command(None, cmd)
             self.boot_places = []
 
-    def refresh_nodes(self, force: bool = False) -> None:
-        if self.election.is_leader and self.node_id in self.roster.members:  # else: nobody judged yet
-            self.emit(self.roster.events(self.state, time.monotonic(), time.time(), force))
-
     def restart_node(self, envelope: list[bytes] | None, cmd: RestartNode) -> None:
         """Restart this node (its own supervisor), or pass the request to the target's master."""
         reply: Message = CommandAccepted(command_id=cmd.command_id, message="restart_sent")
         if cmd.node_id == self.node_id:
-            reply = self.keeper.restart_node(cmd.command_id)
+            reply = self.restarter.restart_node(cmd.command_id)
         elif not self.peers.send(cmd.node_id, cmd):
             reply = CommandRejected(command_id=cmd.command_id, status=404, message=f"Unknown node {cmd.node_id}",
                                     reason=RejectReason.UNKNOWN_NODE)
@@ -359,11 +240,6 @@ class Master:
             self.answer(envelope, rejected)
         self.recreate_due()
 
-    def back_from_restart(self) -> None:
-        """The new image clears its node's restart mark (routing and the runner plan wait for it)."""
-        if self.node_id in self.state.restarting and not self.leaving:
-            self.local_fact(NodeRestarting(node_id=self.node_id, until=0.0))
-
     def every_second(self) -> None:
         self.publish_head()
         self.loads.forget(set(self.state.runners))
@@ -372,6 +248,10 @@ class Master:
         if not self.election.is_leader:  # re-send local facts the leader has not indexed yet
             for rid, status in self.local_runners.items():
                 self.runner_fact(rid, status)
+            for progress in self.local_downloads.values():
+                self.download_fact(progress)
+            for entry in self.local_catalog.values():
+                self.catalog_fact(entry)
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
@@ -391,9 +271,8 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     loop.add_reader(master.local, master.on_local)
     loop.add_reader(master.cluster, master.on_cluster)
     loop.add_reader(master.sub, master.on_bus)
-    loop.add_reader(master.keeper.sup, master.keeper.on_reply)
+    loop.add_reader(master.restarter.sup, master.restarter.drain)
     master.act(master.election.boot(time.monotonic()))
     master.back_from_restart()  # a lone node's saved state carries the mark of its restart
     loop.every(0.1, master.tick)
     loop.every(1.0, master.every_second)
-    loop.every(1.0, master.keeper.ask, first_in=0.1)

@@ -1,1 +1,1 @@
-"""store: the node's model files (models dir; staging and serving peers come later)."""
+"""store: the node's model files; on the store host, the LAN model store over HTTP."""

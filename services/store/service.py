@@ -1,27 +1,141 @@
-"""Watches the models dir and reports what it holds; staging and the LAN store come later."""
+"""The store role: the node's model files; on the store host, the LAN model store over HTTP.
+
+Store host (`--store-path` given, and `--store-host` names this node or `--is-store-host 1`):
+an HTTP server on `--store-port` serves `--store-path` (docs/operations.md, "The model store")
+from daemon threads, and one hashing thread keeps `registry.json`'s checksums warm so peers'
+first listings rarely wait.
+The poll loop only paces the rescans and keeps heart-beating; it never touches a file.
+Elsewhere (no store configured, or another node is the store host) it counts `<home>/models`.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import queue
+import threading
 from pathlib import Path
 
 from skulk.services.base import ServiceLoop
+from skulk.services.store.files import list_files, model_dirs
+from skulk.services.store.registry import Registry
+from skulk.services.store.server import StoreApp, serve
+from skulk.supervisor import model_store
+from skulk.wire.catalog import CatalogReport
+from skulk.wire.models import scan
+from skulk.wire.topics import EVT_CATALOG
+
+log = logging.getLogger("skulk.store")
 
 SCAN_INTERVAL_S = 10.0
+CATALOG_INTERVAL_S = 2.0
+"""The catalog is re-sent this often (the bus is lossy; the master forwards changes only)."""
 
 
-def model_dirs(models: Path) -> list[str]:
-    """Model directories (`<org>--<name>/` holding a config.json) under the models dir."""
-    if not models.is_dir():
-        return []
-    return sorted(p.name for p in models.iterdir() if (p / "config.json").is_file())
+def publish_catalog(loop: ServiceLoop, models: Path, store: Path | None) -> None:
+    """This node's models (and, on the store host, the store's) for the replicated catalog."""
+    local, _bad = scan(models)
+    loop.publish(EVT_CATALOG, CatalogReport(cards=tuple(local.values())), suffix="models")
+    if store is not None:
+        stored, _bad = scan(store)
+        loop.publish(EVT_CATALOG, CatalogReport(cards=tuple(stored.values()), in_store=True), suffix="store")
 
 
-def setup(loop: ServiceLoop, _argv: list[str]) -> None:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """`model_store.store_argv`'s arguments (`--store-path` absent: no store), plus whether
+    this node is the store host: `--is-store-host 0/1`, or else decided from `--store-host`
+    and this node's `--node-id` / `--node-name`."""
+    p = argparse.ArgumentParser(prog="skulk.services.store")
+    model_store.add_store_arguments(p)
+    p.add_argument("--is-store-host", type=int, choices=(0, 1), default=None)
+    p.add_argument("--node-id", default="")
+    p.add_argument("--node-name", default="")
+    p.add_argument("--listen", default="0.0.0.0", help="address the store's HTTP server binds")
+    return p.parse_args(argv)
+
+
+def store_host_here(ns: argparse.Namespace) -> bool:
+    """Whether this node serves the store (pure over the parsed arguments)."""
+    if ns.store_path is None:
+        return False
+    if ns.is_store_host is not None:
+        return bool(ns.is_store_host)
+    if not ns.store_host:
+        return False
+    return ns.store_host == ns.node_id or (bool(ns.node_name)
+                                           and model_store.same_name(ns.store_host, ns.node_name))
+
+
+class Hasher:
+    """The one thread that rescans the store and computes missing checksums, off the loop."""
+
+    def __init__(self, store: Path, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+        self.summary = ""
+        self._wake: queue.Queue[None] = queue.Queue(maxsize=1)
+        threading.Thread(target=self._run, name="store-hasher", daemon=True).start()
+
+    def poke(self) -> None:
+        """Ask for a rescan (coalesced: at most one pending)."""
+        try:
+            self._wake.put_nowait(None)
+        except queue.Full:
+            pass
+
+    def _run(self) -> None:
+        while True:
+            self._wake.get()
+            try:
+                self._rescan()
+            except Exception:  # noqa: BLE001 - a bad directory must not end the hashing thread
+                log.exception("store: rescan failed")
+
+    def _rescan(self) -> None:
+        names = model_dirs(self.store)
+        self.registry.prune(names)
+        total = 0
+        for name in names:
+            files = list_files(self.store / name)
+            total += sum(f.size for f in files)
+            self.registry.downloaded_at(name)
+            if self.registry.needs_hashing(name, files):
+                log.info("store: computing checksums of %s (%d files)", name, len(files))
+                self.registry.checksums(name, files)
+        self.registry.save_if_changed()
+        self.summary = f"{len(names)} model(s), {total / 2**30:.1f} GiB"
+
+
+def setup(loop: ServiceLoop, argv: list[str]) -> None:
+    ns = parse_args(argv)
     models = loop.rt.args.home / "models"
     models.mkdir(parents=True, exist_ok=True)
+    store_dir = ns.store_path.expanduser().resolve() if store_host_here(ns) else None
+    loop.every(CATALOG_INTERVAL_S, lambda: publish_catalog(loop, models, store_dir), first_in=0.0)
+    if not store_host_here(ns):
+        def scan() -> None:
+            where = f"; store at {ns.store_path} (another node hosts it)" if ns.store_path else ""
+            loop.status_detail = f"{len(model_dirs(models))} model(s) in {models}{where}"
 
-    def scan() -> None:
-        loop.status_detail = f"{len(model_dirs(models))} model(s) in {models}"
+        scan()
+        loop.every(SCAN_INTERVAL_S, scan)
+        return
 
-    scan()
-    loop.every(SCAN_INTERVAL_S, scan)
+    store = ns.store_path.expanduser().resolve()
+    store.mkdir(parents=True, exist_ok=True)
+    registry = Registry(store)
+    server = serve(StoreApp(store, registry, bool(ns.allow_hf_fallback)), ns.listen, ns.store_port)
+    port = server.server_address[1]
+    hasher = Hasher(store, registry)
+
+    def tick() -> None:
+        hasher.poke()
+        loop.status_detail = f"serving {store} on :{port}" + (f": {hasher.summary}" if hasher.summary else "")
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    tick()
+    loop.every(SCAN_INTERVAL_S, tick)
+    loop.on_stop(stop)

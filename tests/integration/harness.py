@@ -90,8 +90,9 @@ def start_node(tmp: Path, name: str = "node", config: dict[str, Any] | None = No
                env: dict[str, str] | None = None, ready: bool = True,
                args: tuple[str, ...] = (), models: dict[str, Path] | None = None,
                command: tuple[str, ...] = (sys.executable, "-m", "skulk.scripts.cli")) -> Node:
-    """`command` is the CLI to run (default: this interpreter's skulk; a wheel test passes an
-    installed `skulk` script)."""
+    """`name` is the node's home dir under `tmp` and its node name (`--node-name`: several
+    nodes on one machine need their own). `command` is the CLI to run (default: this
+    interpreter's skulk; a wheel test passes an installed `skulk` script)."""
     home = tmp / name
     home.mkdir(parents=True, exist_ok=True)
     if config:
@@ -105,7 +106,7 @@ def start_node(tmp: Path, name: str = "node", config: dict[str, Any] | None = No
     log_path = home / "node.out"
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full_env.pop("SKULK_HOME", None)
-    argv = [*command, "run", "--home", str(home),
+    argv = [*command, "run", "--home", str(home), "--node-name", name,
             "--api-port", str(api_port), "--cluster-port", str(cluster_port), "--listen", "127.0.0.1",
             *args]
     with open(log_path, "ab") as log:

@@ -10,6 +10,7 @@ from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
 from skulk.scripts.stream_load import StreamLoad, chat_body, summary
+from skulk.supervisor.tree import ROLES
 
 
 def ask_meanwhile(node, clients: int = 4) -> tuple[StreamLoad, float]:
@@ -52,7 +53,7 @@ def test_wedged_warmup_is_loud_not_retried_and_deletes_the_instance(nodes, demo_
     log = node.home / "logs" / "supervisor.log"
     supervisor = wait_until(node, lambda: t if "exit code 86" in (t := log.read_text()) else None,
                             30, "the runner's exit logged")
-    assert supervisor.count(" started (pid") == 8  # 7 roles + 1 runner: never restarted
+    assert supervisor.count(" started (pid") == len(ROLES) + 1  # the roles + 1 runner: never restarted
     assert http_json(f"{node.url}/health")[0] == 200
     assert http_json(f"{node.url}/v1/chat/completions", {
         "model": MODEL, "messages": [{"role": "user", "content": "x"}]})[0] == 404

@@ -180,18 +180,17 @@ def test_wedged_and_group_connect_exits_are_never_restarted():
 def test_a_second_restart_while_one_is_pending_is_upstreams_409(tmp_path):
     import zmq
 
-    from skulk.services.master.runner_keeper import RunnerKeeper
+    from skulk.services.master.restart import NodeRestart
     from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected
     from skulk.wire.control import AdminCommand
     from skulk.wire.sockets import recv
-    from skulk.wire.state import State
 
     ctx = zmq.Context.instance()
     sup, master_side = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
     sup.bind("inproc://keeper-restart")
     master_side.connect("inproc://keeper-restart")
     try:
-        keeper = RunnerKeeper(master_side, "n", tmp_path, "127.0.0.1", "127.0.0.1", State)
+        keeper = NodeRestart(master_side)
         first, second = keeper.restart_node("c1"), keeper.restart_node("c2")
         assert isinstance(first, CommandAccepted) and first.message == "restarting"
         assert isinstance(second, CommandRejected) and (second.status, second.message) == (409, RESTART_PENDING)

@@ -119,6 +119,7 @@ EXAMPLES: dict[str, Any] = {
     "show": {"model": "org/model"},
     "/place_instance": {"model_id": "org/model"},
     "/config": {},
+    "/store/purge-staging": {"modelId": "org/model"},
 }
 """A valid body per operation that takes one (Ollama's by last path segment)."""
 

@@ -10,7 +10,7 @@ import pytest
 
 from skulk.services.master.commands import handle, lost_changes
 from skulk.services.master.routing import Route, RouteError, route
-from skulk.services.master.runner_plan import plan
+from skulk.services.worker.runner_plan import Plan, plan
 from skulk.wire.inference import FailReason
 from skulk.wire.commands import (RejectReason, INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED, CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
                                  Routed, StateSnapshot, SnapshotRequest, TaskCancelled,
@@ -245,22 +245,32 @@ def test_placement_of_one_node_is_pipeline_over_all_layers_with_a_context_limit(
     assert got.context_token_limit == 2048 and got.node_to_runner.keys() == {"n1"}
 
 
+def AT_M(model_id: str) -> Path:  # noqa: N802 - a locator: every model in /m
+    return Path("/m") / model_id.replace("/", "--")
+
+
 def test_runner_plan_starts_assigned_and_stops_orphans():
     state, iid, rid = placed()
-    start, stop = plan(state, "n1", {"runner-orphan"}, Path("/m"), "127.0.0.1", "127.0.0.1")
-    assert [s.runner_id for s in start] == [rid] and stop == ["runner-orphan"]
-    args = dict(zip(start[0].args[::2], start[0].args[1::2]))
+    decided = plan(state, "n1", {"runner-orphan"}, AT_M, "127.0.0.1", "127.0.0.1")
+    assert [s.runner_id for s in decided.start] == [rid] and decided.stop == ["runner-orphan"]
+    args = dict(zip(decided.start[0].args[::2], decided.start[0].args[1::2]))
     assert args["--model-dir"] == "/m/skulk--demo-tiny" and args["--end-layer"] == "4"
-    assert plan(state, "n1", {rid}, Path("/m"), "h", "h") == ([], [])
-    assert plan(state, "other-node", set(), Path("/m"), "h", "h") == ([], [])
+    assert plan(state, "n1", {rid}, AT_M, "h", "h") == Plan([], [], [])
+    assert plan(state, "other-node", set(), AT_M, "h", "h") == Plan([], [], [])
+
+
+def test_a_runner_waits_while_its_model_has_no_local_copy_and_a_running_one_is_kept():
+    state, iid, rid = placed()
+    assert plan(state, "n1", set(), lambda m: None, "h", "h") == Plan([], [], ["skulk/demo-tiny"])
+    assert plan(state, "n1", {rid}, lambda m: None, "h", "h") == Plan([], [], ["skulk/demo-tiny"])
 
 
 def test_runner_plan_starts_nothing_while_the_node_is_marked_restarting():
     state, iid, rid = placed()
     marked = run(state, [NodeRestarting(node_id="n1", until=30.0)])
-    assert plan(marked, "n1", {"runner-orphan"}, Path("/m"), "h", "h") == ([], ["runner-orphan"])
+    assert plan(marked, "n1", {"runner-orphan"}, AT_M, "h", "h") == Plan([], ["runner-orphan"], [])
     cleared = run(marked, [NodeRestarting(node_id="n1", until=0.0)])
-    assert [s.runner_id for s in plan(cleared, "n1", set(), Path("/m"), "h", "h")[0]] == [rid]
+    assert [s.runner_id for s in plan(cleared, "n1", set(), AT_M, "h", "h").start] == [rid]
 
 
 def test_runner_loads_pass_changes_at_once_and_the_same_load_again_after_a_while():

@@ -24,13 +24,14 @@ from skulk.services.api.generation import Generation, Stream
 from skulk.services.api.replica import StateReplica
 from skulk.services.api.response_format import grammar_of, ollama_format
 from skulk.services.api.resources.adapter import open_stream, parsed, respond
+from skulk.services.api.resources.models import Catalog
 from skulk.services.api.resources.common import http_error, json_body
 from skulk.services.api.schema import (BOOLEAN, INTEGER, STRING, TEXT, Schema, array, enum, map_of, nullable, one_of,
                                        obj)
 from skulk.services.api.declare import NDJSON
 from skulk.services.api.sse import ndjson
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.wire.models import ModelCard, scan
+from skulk.wire.models import ModelCard
 from skulk.wire.state import ChatMessage, TaskParams
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -165,14 +166,13 @@ SHOW: Schema = obj({"details": DETAILS, "model_info": map_of({}), "capabilities"
 VERSION: Schema = obj({"version": STRING})
 
 class OllamaTagsResource:
-    """`GET tags`: the models on this node's disk."""
+    """`GET tags`: the cluster's models (the replicated catalog)."""
 
-    def __init__(self, models_dir: Path) -> None:
-        self.models_dir = models_dir
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        cards, _rejected = scan(self.models_dir)
-        resp.media = {"models": [_tag(c, _mtime(self.models_dir, c)) for c in cards.values()]}
+        resp.media = {"models": [_tag(c, _mtime(self.catalog.models_dir, c)) for c in self.catalog.cards().values()]}
 
 
 def _mtime(models_dir: Path, card: ModelCard) -> float:
@@ -183,14 +183,13 @@ def _mtime(models_dir: Path, card: ModelCard) -> float:
 
 
 class OllamaShowResource:
-    def __init__(self, models_dir: Path) -> None:
-        self.models_dir = models_dir
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = json_body(req)
         name = body.get("model", body.get("name")) if isinstance(body, dict) else None
-        cards, _rejected = scan(self.models_dir)
-        card = cards.get(name) if isinstance(name, str) else None
+        card = self.catalog.cards().get(name) if isinstance(name, str) else None
         if card is None:
             raise http_error(404, f"model '{name}' not found")
         resp.media = {"modelfile": "", "parameters": "", "template": "", "details": _details(card),
@@ -204,14 +203,14 @@ class OllamaShowResource:
 class OllamaPsResource:
     """`GET ps`: the models with an instance in the cluster."""
 
-    def __init__(self, replica: StateReplica, models_dir: Path) -> None:
+    def __init__(self, replica: StateReplica, catalog: Catalog) -> None:
         self.replica = replica
-        self.models_dir = models_dir
+        self.catalog = catalog
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         state = self.replica.get(timeout=5.0)
         running = {i.model_id for i in state.instances.values()} if state else set()
-        cards, _rejected = scan(self.models_dir)
+        cards = self.catalog.cards()
         resp.media = {"models": [{**_tag(cards[m], 0), "expires_at": "9999-12-31T23:59:59Z",
                                   "size_vram": cards[m].storage_size_bytes}
                                  for m in sorted(running) if m in cards]}

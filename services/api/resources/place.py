@@ -6,13 +6,12 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import replace
-from pathlib import Path
 
 import falcon
 
 from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.replica import StateReplica
-from skulk.services.api.resources.models import load_card
+from skulk.services.api.resources.models import Catalog
 from skulk.services.api.resources.common import http_error, json_body
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, obj
 from skulk.services.api.state_json import CARD, card_json
@@ -20,16 +19,16 @@ from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Re
 
 
 class PlaceResource:
-    def __init__(self, gateway: Gateway, replica: StateReplica, models_dir: Path) -> None:
+    def __init__(self, gateway: Gateway, replica: StateReplica, catalog: Catalog) -> None:
         self.gateway = gateway
         self.replica = replica
-        self.models_dir = models_dir
+        self.catalog = catalog
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = json_body(req)
         if not isinstance(body, dict):
             raise http_error(400, "request body must be a JSON object")
-        card = load_card(self.models_dir, body.get("model_id"))
+        card = self.catalog.card(body.get("model_id"))
         excluded = body.get("excluded_nodes", [])
         min_nodes = body.get("min_nodes", 1)
         if not isinstance(excluded, list) or not all(isinstance(n, str) for n in excluded):

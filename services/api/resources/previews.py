@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import falcon
 
 from skulk.services.api.replica import StateReplica
-from skulk.services.api.resources.models import load_card
+from skulk.services.api.resources.models import Catalog
 from skulk.services.api.resources.common import state_or_503
 from skulk.services.api.schema import INTEGER, STRING, Schema, array, enum, map_of, nullable, obj
 from skulk.services.api.state_json import INSTANCE, instance_json
@@ -17,12 +16,12 @@ from skulk.wire.placement import PlacementError, place
 
 
 class PreviewsResource:
-    def __init__(self, replica: StateReplica, models_dir: Path) -> None:
+    def __init__(self, replica: StateReplica, catalog: Catalog) -> None:
         self.replica = replica
-        self.models_dir = models_dir
+        self.catalog = catalog
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        card = load_card(self.models_dir, req.get_param("model_id"))
+        card = self.catalog.card(req.get_param("model_id"))
         state = state_or_503(self.replica)
         excluded = tuple(req.get_param_as_list("excluded_node_ids") or ())
         previews, seen = [], set()

@@ -1,5 +1,5 @@
 """Which runner processes this node should have (pure): start what the state assigns here,
-stop what it no longer does. The service sends the result to the runners sub-supervisor.
+stop what it no longer does. The worker sends the result to the runners sub-supervisor.
 
 Nothing starts while the node is marked restarting in place: the old image is stopping, and
 the new one starts its runners once it has cleared the mark, so a runner never reports ready
@@ -7,10 +7,10 @@ while routing still skips its node."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from skulk.wire.models import dir_name
 from skulk.wire.placement import ring_port
 from skulk.wire.state import State
 
@@ -21,12 +21,30 @@ class RunnerStart:
     args: tuple[str, ...]
 
 
-def plan(state: State, node_id: str, running: set[str], models_dir: Path, listen: str,
-         advertise: str) -> tuple[list[RunnerStart], list[str]]:
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Runners to start, runners to stop, and models to stage first (their runners wait)."""
+
+    start: list[RunnerStart]
+    stop: list[str]
+    missing: list[str]
+
+
+def plan(state: State, node_id: str, running: set[str], locate: Callable[[str], Path | None], listen: str,
+         advertise: str) -> Plan:
+    """`locate(model_id)`: where this node loads the model from (its models dir, the store
+    path on the store host, a complete staged copy), or None while it has no copy."""
     wanted: dict[str, RunnerStart] = {}
+    missing: set[str] = set()
     for inst in state.instances.values():
         rid = inst.node_to_runner.get(node_id)
         if rid is None:
+            continue
+        model_dir = locate(inst.model_id)
+        if model_dir is None:
+            missing.add(inst.model_id)
+            if rid in running:  # a runner already on it (a copy is never removed under one)
+                wanted[rid] = RunnerStart(rid, ())
             continue
         shard = inst.runner_to_shard[rid]
         ranks = sorted(inst.runner_to_shard.values(), key=lambda m: m.device_rank)
@@ -37,10 +55,10 @@ def plan(state: State, node_id: str, running: set[str], models_dir: Path, listen
                        "--control", control) if shard.world_size > 1 else ()
         wanted[rid] = RunnerStart(rid, (*distributed,
             "--runner-id", rid, "--instance-id", inst.instance_id, "--node-id", node_id,
-            "--model-id", inst.model_id, "--model-dir", str(models_dir / dir_name(inst.model_id)),
+            "--model-id", inst.model_id, "--model-dir", str(model_dir),
             "--listen", listen, "--advertise", advertise,
             "--rank", str(shard.device_rank), "--world-size", str(shard.world_size),
             "--start-layer", str(shard.start_layer), "--end-layer", str(shard.end_layer)))
     start = [] if node_id in state.restarting else [s for rid, s in sorted(wanted.items()) if rid not in running]
     stop = sorted(rid for rid in running if rid not in wanted)
-    return start, stop
+    return Plan(start, stop, sorted(missing))

@@ -1,0 +1,65 @@
+"""The leader's work: index events and push them to followers, carry out commands, make due
+re-creations, judge the nodes. A mixin of `Master` (service.py owns the sockets and the loop)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from skulk.services.master.commands import handle
+from skulk.services.master.recovery import next_recreation
+from skulk.wire.cluster import EventBatch
+from skulk.wire.message import Message
+from skulk.wire.reducer import apply
+from skulk.wire.state import IndexedEvent
+from skulk.wire.topics import EVT_STATE
+
+log = logging.getLogger("skulk.master")
+
+
+class Leading:
+    def emit(self, events: list[Message]) -> None:
+        """Leader only: index, apply, publish locally, push to followers."""
+        batch = []
+        for event in events:
+            indexed = IndexedEvent(idx=self.state.last_event_applied_idx + 1,
+                                   session=self.state.session, event=event)  # type: ignore[arg-type]
+            self.state = apply(self.state, indexed)
+            self.loop.publish(EVT_STATE, indexed, suffix=event.TYPE)
+            assert self.log is not None
+            self.log.append(indexed)
+            batch.append(indexed)
+        if batch:
+            self.to_peers(EventBatch(session=self.state.session, events=tuple(batch)))
+            self.config_file.sync(self.state)
+
+    def execute(self, cmd: Message) -> Message:
+        command_id = getattr(cmd, "command_id", "")
+        reply = self.desk.cached(command_id)
+        if reply is None:
+            outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex, self.loads.loads)
+            self.emit(outcome.events)
+            self.election.commands += bool(outcome.events)
+            reply = outcome.reply
+            self.desk.remember(command_id, reply)
+        return reply
+
+    def flush_pending(self) -> None:
+        for command_id in list(self.desk.held):
+            if self.election.is_leader:
+                held = self.desk.held.pop(command_id)
+                self.answer(held.envelope, self.execute(held.command))
+            else:
+                self.forward(command_id)
+
+    def recreate_due(self) -> None:
+        """Leader: make the re-creations that are due (whoever led when their runner failed)."""
+        while self.election.is_leader and (events := next_recreation(
+                self.state, time.time(), lambda: uuid.uuid4().hex, self.policy)):
+            self.emit(events)
+            self.election.commands += 1
+
+    def refresh_nodes(self, force: bool = False) -> None:
+        if self.election.is_leader and self.node_id in self.roster.members:  # else: nobody judged yet
+            self.emit(self.roster.events(self.state, time.monotonic(), time.time(), force))

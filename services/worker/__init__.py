@@ -1,0 +1,1 @@
+"""The worker role: this node's runners and the models they load."""

@@ -1,0 +1,41 @@
+"""Which staged copies to delete (pure): one mechanism for the runbook's three triggers (an
+instance's deactivation, node start-up, `POST /store/purge-staging`).
+
+A copy is a candidate only when no live runner of this node uses it and it is no in-use
+model's companion. Deactivation and start-up keep the candidates newest-used first up to the
+grace budget (`staging_keep_recent_gb`; 0 = strict evict-on-deactivate) and delete the rest;
+a purge deletes every candidate (or the one model it names), whatever the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    model_id: str
+    size_bytes: int
+    last_used: float  # wall clock
+
+
+def doomed(staged: Iterable[Staged], in_use: set[str], keep_bytes: int,
+           purge: bool = False, only: str = "") -> list[str]:
+    """The model ids to delete: candidates beyond the budget (or, for a purge, every candidate;
+    `only` narrows either to one model)."""
+    candidates = sorted((s for s in staged if s.model_id not in in_use and (not only or s.model_id == only)),
+                        key=lambda s: (-s.last_used, s.model_id))
+    out, kept = [], 0
+    for s in candidates:
+        if not purge and kept + s.size_bytes <= keep_bytes:
+            kept += s.size_bytes
+            continue
+        out.append(s.model_id)
+    return out
+
+
+def in_use(local_models: Iterable[str], companions: dict[str, tuple[str, ...]]) -> set[str]:
+    """The models this node's live runners use, with their companions (staged with them)."""
+    used = set(local_models)
+    return used | {c for m in used for c in companions.get(m, ())}

@@ -1,0 +1,32 @@
+"""Eviction of staged copies (pure): one policy, three triggers."""
+
+from __future__ import annotations
+
+from skulk.services.worker.eviction import Staged, doomed, in_use
+
+GB = 1024 ** 3
+COPIES = [Staged("a/old", 10 * GB, 100.0), Staged("a/mid", 10 * GB, 200.0), Staged("a/new", 10 * GB, 300.0)]
+
+
+def test_strict_evict_on_deactivate_removes_every_copy_not_in_use():
+    assert sorted(doomed(COPIES, {"a/mid"}, keep_bytes=0)) == ["a/new", "a/old"]
+
+
+def test_the_budget_keeps_the_most_recently_used_copies():
+    assert doomed(COPIES, set(), keep_bytes=20 * GB) == ["a/old"]
+    assert doomed(COPIES, set(), keep_bytes=25 * GB) == ["a/old"]  # a copy is kept whole or not at all
+    assert doomed(COPIES, set(), keep_bytes=40 * GB) == []
+
+
+def test_a_copy_in_use_or_a_companion_of_one_is_never_a_candidate():
+    used = in_use({"a/new"}, {"a/new": ("a/old",)})
+    assert used == {"a/new", "a/old"}
+    assert doomed(COPIES, used, keep_bytes=0) == ["a/mid"]
+    assert doomed(COPIES, used, keep_bytes=0, purge=True) == ["a/mid"]
+    assert doomed(COPIES, used, keep_bytes=0, purge=True, only="a/new") == []
+
+
+def test_a_purge_ignores_the_budget_and_can_name_one_model():
+    assert sorted(doomed(COPIES, set(), keep_bytes=100 * GB, purge=True)) == ["a/mid", "a/new", "a/old"]
+    assert doomed(COPIES, set(), keep_bytes=100 * GB, purge=True, only="a/mid") == ["a/mid"]
+    assert doomed(COPIES, set(), keep_bytes=100 * GB, purge=True, only="a/none") == []
