@@ -91,6 +91,15 @@ def ring_port(instance_id: str, rank: int) -> int:
     return lo + digest % (hi - lo)
 
 
+def nodes_without(state: State, model_id: str) -> set[str]:
+    """The nodes whose catalog says they lack `model_id`: none when the store has it (it is
+    staged where it runs); a node that has not reported its catalog yet is not counted."""
+    entries = list(state.catalog.values())
+    if any(e.in_store and any(c.model_id == model_id for c in e.cards) for e in entries):
+        return set()
+    return {e.node_id for e in entries if not e.in_store and all(c.model_id != model_id for c in e.cards)}
+
+
 def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instance | PlacementError:
     card = cmd.card
     if cmd.sharding not in ("Pipeline", "Tensor"):
@@ -107,6 +116,14 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
         return PlacementError(400, f"The topology has only {len(nodes)} node(s); a placement with "
                                    f"min_nodes={cmd.min_nodes} is impossible", RejectReason.TOO_FEW_NODES)
     excluded = set(cmd.excluded_nodes) & set(nodes)
+    lacking = nodes_without(state, card.model_id)
+    if lacking:  # no store has it: a node whose models dir lacks it cannot run it
+        excluded |= lacking & set(nodes)
+        if len(set(nodes) - excluded) < cmd.min_nodes:
+            return PlacementError(400, f"{card.model_id} is not in the models dir of node(s) "
+                                       f"{', '.join(sorted(lacking))} and no model store has it: without them "
+                                       f"(and the excluded nodes) a placement with min_nodes={cmd.min_nodes} is "
+                                       "impossible (copy it to more nodes, or keep it in the model store)")
     rings = [r for k in range(cmd.min_nodes, len(nodes) + 1) for r in itertools.combinations(nodes, k)]
     rings = [r for r in rings if not excluded & set(r) and (len(r) == 1 or not card.is_embedding)]
     if not rings:

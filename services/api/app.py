@@ -16,7 +16,7 @@ from skulk.services.api.declare import Deps, Route, check
 from skulk.services.api.errors import handle_unexpected, serialize_error
 from skulk.services.api.gateway import Gateway, StreamTiming
 from skulk.services.api.generation import Generation
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.routes import ROUTES
 from skulk.supervisor.model_store import ModelStoreConfig
 from skulk.wire.version import skulk_version

@@ -17,7 +17,7 @@ from falcon.routing import map_http_methods
 
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.generation import Generation
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.schema import Schema
 from skulk.supervisor.model_store import ModelStoreConfig
 

@@ -19,7 +19,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.wire import endpoints
 from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, STREAM_STALLED, Reply
 from skulk.wire.errors import WireError
@@ -146,6 +146,17 @@ class Gateway:
             send(self._dealer(endpoint)[0], Cancel(request_id=request_id), flags=zmq.NOBLOCK)
         except zmq.ZMQError:
             pass
+
+    def cancel_once(self, endpoint: str, request_id: str) -> None:
+        """`Cancel` from a thread that does not stream from that runner (`POST /v1/cancel`): a
+        one-shot socket, so no thread keeps a DEALER reconnecting to a runner it never reads."""
+        sock = make_socket(self.ctx, zmq.DEALER, connect=endpoint)
+        try:
+            send(sock, Cancel(request_id=request_id), flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        finally:
+            sock.close(linger=1000)  # a second to deliver it, then gone
 
     def _send(self, endpoint: str, msg: Message) -> tuple[zmq.Socket[Any], zmq.Socket[Any], zmq.Poller]:
         """Send a request to a runner on this thread's DEALER; its poller watches the replies

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from skulk.services.api.chat_request import DEFAULT_MAX_TOKENS
 from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.wire.commands import NO_INSTANCE, CommandRejected, RejectReason, Routed, TaskCancelled, TaskFinished, TextGeneration
 from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
 from skulk.wire.state import TaskParams
@@ -75,6 +75,7 @@ class Stream:
     created: int
     _events: Iterator[Event]
     _outcome: Failed | Done | None = None
+    _closed: bool = False
 
     @property
     def command_id(self) -> str:
@@ -93,7 +94,7 @@ class Stream:
 
     def close(self) -> None:
         """The bookkeeping, once: drop an abandoned request at its runner, tell the master."""
-        if getattr(self, "_closed", False):
+        if self._closed:
             return
         self._closed = True
         outcome = self._outcome
@@ -139,16 +140,20 @@ class Generation:
         events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
                                      routed.runner_id, params, inst.context_token_limit if inst else 0,
                                      default_budget)
+        quiet: list[KeepAlive] = []  # a runner busy with a long step answers between steps
         first = next(events)
+        while isinstance(first, KeepAlive):  # the stream itself ends a silent runner (deadlines)
+            quiet.append(first)
+            first = next(events)
         prompt_tokens = 0
         if isinstance(first, Failed):
             self.finished(routed, first)
             raise GenerationError(fail_status(first.reason), first.reason, first.error)
         if isinstance(first, Started):
             prompt_tokens = first.prompt_tokens
-            rest: Iterator[Event] = events  # type: ignore[assignment]
+            rest: Iterator[Event] = itertools.chain(quiet, events)  # type: ignore[arg-type]
         else:
-            rest = itertools.chain([first], events)  # type: ignore[list-item]
+            rest = itertools.chain(quiet, [first], events)  # type: ignore[list-item]
         return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest))
 
     def finished(self, routed: Routed, outcome: Done | Failed | None) -> None:

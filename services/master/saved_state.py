@@ -12,7 +12,7 @@ from pathlib import Path
 from skulk.services.master.replication import carried_over
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import PlaceInstance
-from skulk.wire.models import ModelDirError, card_from_dir, dir_name
+from skulk.wire.catalog import cards_of
 from skulk.wire.errors import WireError
 from skulk.wire.state import State
 
@@ -42,20 +42,20 @@ def load(path: Path, node_id: str) -> State | None:
     return carried
 
 
-def boot_placements(state: State, models_dir: Path, model_ids: list[str]) -> list[PlaceInstance]:
-    """The placements `skulk run --place` asks for at boot (those that can and must be made)."""
-    return [cmd for m in model_ids if (cmd := boot_placement(state, models_dir, m)) is not None]
-
-
-def boot_placement(state: State, models_dir: Path, model_id: str) -> PlaceInstance | None:
-    """`--place MODEL`: the placement to make (from the local models dir), or None when the
-    model is already placed (an instance carried over an in-place restart) or cannot be."""
-    if any(i.model_id == model_id for i in state.instances.values()):
-        log.info("--place %s: already placed", model_id)
-        return None
-    try:
-        card = card_from_dir(models_dir / dir_name(model_id))
-    except ModelDirError as exc:
-        log.error("--place %s: %s", model_id, exc)
-        return None
-    return PlaceInstance(command_id=uuid.uuid4().hex, card=card)
+def boot_placements(state: State, node_id: str, model_ids: list[str]) -> tuple[list[PlaceInstance], list[str]]:
+    """The placements `skulk run --place` asks for at boot, from the replicated catalog, and
+    the models still waiting for it (this node's own models are in it once its store role
+    reported them: until then they wait; a model that is then still unknown is given up)."""
+    cards = cards_of(state.catalog)
+    reported = node_id in state.catalog
+    made, left = [], []
+    for model_id in model_ids:
+        if any(i.model_id == model_id for i in state.instances.values()):
+            log.info("--place %s: already placed", model_id)
+        elif model_id in cards:
+            made.append(PlaceInstance(command_id=uuid.uuid4().hex, card=cards[model_id]))
+        elif reported:
+            log.error("--place %s: no node of the cluster and no model store has it", model_id)
+        else:
+            left.append(model_id)
+    return made, left

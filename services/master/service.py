@@ -208,10 +208,14 @@ class Master(Leading, Following, LocalFacts):
         self.act(self.election.on_membership(frozenset(members), time.monotonic(),
                                              self.state.last_event_applied_idx))
         self.refresh_nodes()
-        if self.boot_places and self.node_id in members:
-            for cmd in saved_state.boot_placements(self.state, self.loop.rt.args.home / "models", self.boot_places):
+        self.place_at_boot()
+
+    def place_at_boot(self) -> None:
+        """`skulk run --place`: once this node is a member and the catalog has its models."""
+        if self.boot_places and self.node_id in self.roster.members:
+            made, self.boot_places = saved_state.boot_placements(self.state, self.node_id, self.boot_places)
+            for cmd in made:
                 self.command(None, cmd)
-            self.boot_places = []
 
     def restart_node(self, envelope: list[bytes] | None, cmd: RestartNode) -> None:
         """Restart this node (its own supervisor), or pass the request to the target's master."""
@@ -242,9 +246,12 @@ class Master(Leading, Following, LocalFacts):
 
     def every_second(self) -> None:
         self.publish_head()
+        self.place_at_boot()
         self.loads.forget(set(self.state.runners))
         self.refresh_nodes()
         self.back_from_restart()
+        live = {r for i in self.state.instances.values() for r in i.runner_to_shard}
+        self.local_runners = {r: st for r, st in self.local_runners.items() if r in live}  # gone with their instance
         if not self.election.is_leader:  # re-send local facts the leader has not indexed yet
             for rid, status in self.local_runners.items():
                 self.runner_fact(rid, status)

@@ -50,6 +50,7 @@ class MlxBatchEngine:
         self.max_token_bytes = 1
         self.model: Any = None
         self.tokenizer: Any = None
+        self._format: OutputFormat | None = None
         self.gen: Any = None
         self.prefix: Any = None
         self.joined = 0  # requests inserted since the last step
@@ -93,6 +94,11 @@ class MlxBatchEngine:
         return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **kwargs))
 
     def output_format(self) -> OutputFormat:
+        if self._format is None:  # read once from the tokenizer (every request asks)
+            self._format = self._read_format()
+        return self._format
+
+    def _read_format(self) -> OutputFormat:
         tok = self.tokenizer
         return OutputFormat(think=(tok.think_start, tok.think_end) if tok.has_thinking else None,
                             think_start_ids=tuple(tok.think_start_tokens or ()),

@@ -1,6 +1,6 @@
 """The runner of an embedding model: `Embed` requests in, unit vectors out (no generation).
 
-A runner whose model directory is an embedding model's (`wire.models.is_embedding_dir`) serves
+A runner whose model's card is an embedding model's (`--embedding 1`, from the card's tasks) serves
 `Embed` instead of `Generate`. Inputs are tokenized when the request arrives (an empty or
 too-long input is refused at once, like a generation's context check); then each loop step runs
 one group of consecutive inputs through the transformer body (`model.model`: the last hidden
@@ -30,7 +30,6 @@ from skulk.services.runner.ring import load_model
 from skulk.wire.commands import NOT_EMBEDDING, NOT_GENERATIVE
 from skulk.wire.inference import Cancel, Embed, Embeddings, Failed, FailReason, Generate
 from skulk.wire.message import Message
-from skulk.wire.models import is_embedding_dir
 
 log = logging.getLogger("skulk.runner")
 
@@ -236,9 +235,9 @@ class Embedder:
                                           prompt_tokens=sum(len(p) for p in rest[:n])))]
 
 
-def for_model(model_dir: Path, model_id: str, queue_max: int) -> Embedder | None:
-    """The embedder of an embedding model's runner; None for a text model."""
-    if not is_embedding_dir(model_dir):
+def for_model(model_dir: Path, model_id: str, queue_max: int, embedding: bool) -> Embedder | None:
+    """The embedder of an embedding model's runner (its card says so); None for a text model."""
+    if not embedding:
         return None
     return Embedder(MlxEmbedEngine(model_dir), model_id, queue_max)
 

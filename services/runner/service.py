@@ -58,7 +58,7 @@ class Runner:
                          hostfile=loop.rt.args.run_dir / f"{ns.runner_id}.hosts.json",
                          connect_deadline_s=ns.group_connect_deadline) if len(hosts) > 1 else None
         # An embedding model's runner serves `Embed` only (embed_engine.py), never sharded.
-        self.embedder = (embed_engine.for_model(Path(ns.model_dir), ns.model_id, ns.queue_max)
+        self.embedder = (embed_engine.for_model(Path(ns.model_dir), ns.model_id, ns.queue_max, bool(ns.embedding))
                          if engine is None and self.ring is None else None)
         if self.embedder is not None:  # the boot needs only its load, warmup and path
             engine = self.embedder.engine  # type: ignore[assignment]
@@ -207,6 +207,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--queue-max", type=int, default=64)
     p.add_argument("--prefill-chunk", type=int, default=256)
     p.add_argument("--prefix-cache-mb", type=int, default=512)
+    p.add_argument("--embedding", type=int, choices=(0, 1), default=0)  # the card's task: serve `Embed`
     return p.parse_args(argv)
 
 

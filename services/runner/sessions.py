@@ -93,6 +93,8 @@ class Session:
     def _channels(self, segment: str, final: bool) -> tuple[str, str]:
         """This segment's thinking text and content text; complete tool calls are taken out of
         the content and parsed (one that does not parse stays content, as the model wrote it)."""
+        if self.think is None and self.tools is None:  # a plain request: all of it is content
+            return "", segment
         pieces = [(segment, False)]
         if self.think is not None:
             pieces = self.think.feed(segment) + (self.think.flush() if final else [])

@@ -10,7 +10,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from skulk.wire.models import ModelCard, ModelDirError, card_from_dir
+from skulk.services.store.cards import card_from_dir
+from skulk.wire.models import ModelCard, ModelDirError
 
 HASH_CHUNK = 4 << 20
 

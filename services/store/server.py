@@ -199,7 +199,8 @@ class StoreHandler(BaseHTTPRequestHandler):
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
                 return
             first, last = rng if rng is not None else (0, size - 1)
             length = last - first + 1 if size else 0

@@ -4,8 +4,9 @@ Store host (`--store-path` given, and `--store-host` names this node or `--is-st
 an HTTP server on `--store-port` serves `--store-path` (docs/operations.md, "The model store")
 from daemon threads, and one hashing thread keeps `registry.json`'s checksums warm so peers'
 first listings rarely wait.
-The poll loop only paces the rescans and keeps heart-beating; it never touches a file.
-Elsewhere (no store configured, or another node is the store host) it counts `<home>/models`.
+The poll loop paces the rescans, keeps heart-beating, and every 2 s publishes this node's model
+cards (the catalog: `<home>/models`, and the store on the store host; reading a few
+`config.json` files and stats, no file contents).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from skulk.services.store.registry import Registry
 from skulk.services.store.server import StoreApp, serve
 from skulk.supervisor import model_store
 from skulk.wire.catalog import CatalogReport
-from skulk.wire.models import scan
+from skulk.services.store.cards import scan
 from skulk.wire.topics import EVT_CATALOG
 
 log = logging.getLogger("skulk.store")

@@ -10,14 +10,8 @@ a purge deletes every candidate (or the one model it names), whatever the budget
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class Staged:
-    model_id: str
-    size_bytes: int
-    last_used: float  # wall clock
+from skulk.wire.staged import Staged
 
 
 def doomed(staged: Iterable[Staged], in_use: set[str], keep_bytes: int,
@@ -33,9 +27,3 @@ def doomed(staged: Iterable[Staged], in_use: set[str], keep_bytes: int,
             continue
         out.append(s.model_id)
     return out
-
-
-def in_use(local_models: Iterable[str], companions: dict[str, tuple[str, ...]]) -> set[str]:
-    """The models this node's live runners use, with their companions (staged with them)."""
-    used = set(local_models)
-    return used | {c for m in used for c in companions.get(m, ())}

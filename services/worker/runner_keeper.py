@@ -26,9 +26,10 @@ STATUS_TIMEOUT_S = 5.0
 class RunnerKeeper:
     def __init__(self, sup: zmq.Socket[Any], node_id: str, locate: Callable[[str], Path | None], listen: str,
                  advertise: str, state: Callable[[], State | None],
-                 on_plan: Callable[[set[str], list[str]], None]) -> None:
-        """`on_plan(running, missing)`: after each reconcile, the runners that exist and the
-        models this node must stage before their runners can start."""
+                 on_plan: Callable[[set[str], list[str], list[str]], None]) -> None:
+        """`on_plan(running, missing, starting)`: after each reconcile, the runners that exist,
+        the models this node must stage before their runners can start, and the models of the
+        runners just asked to start."""
         self.sup, self.node_id, self.locate = sup, node_id, locate
         self.listen, self.advertise, self.state, self.on_plan = listen, advertise, state, on_plan
         self.status_pending_since: float | None = None
@@ -69,4 +70,4 @@ class RunnerKeeper:
                 log.info("stopping runner %s (no longer in state)", rid)
                 send(self.sup, AdminCommand(verb="terminate_child", supervisor="runners", target=rid),
                      flags=zmq.NOBLOCK)
-        self.on_plan(running - set(decided.stop), decided.missing)
+        self.on_plan(running - set(decided.stop), decided.missing, decided.starting)

@@ -8,7 +8,7 @@ while routing still skips its node."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from skulk.wire.placement import ring_port
@@ -28,24 +28,30 @@ class Plan:
     start: list[RunnerStart]
     stop: list[str]
     missing: list[str]
+    starting: list[str] = field(default_factory=list)  # the models (and companions) of `start`
 
 
 def plan(state: State, node_id: str, running: set[str], locate: Callable[[str], Path | None], listen: str,
          advertise: str) -> Plan:
     """`locate(model_id)`: where this node loads the model from (its models dir, the store
-    path on the store host, a complete staged copy), or None while it has no copy."""
+    path on the store host, a complete staged copy), or None while it has no copy. A runner
+    starts once its model and the model's companions are all here."""
     wanted: dict[str, RunnerStart] = {}
+    models: dict[str, tuple[str, ...]] = {}  # runner -> its model and companions
     missing: set[str] = set()
     for inst in state.instances.values():
         rid = inst.node_to_runner.get(node_id)
         if rid is None:
             continue
         model_dir = locate(inst.model_id)
-        if model_dir is None:
-            missing.add(inst.model_id)
+        absent = ([inst.model_id] if model_dir is None else []) + \
+            [c for c in inst.card.companions if locate(c) is None]  # its companions are staged with it
+        if absent:
+            missing.update(absent)
             if rid in running:  # a runner already on it (a copy is never removed under one)
                 wanted[rid] = RunnerStart(rid, ())
             continue
+        models[rid] = (inst.model_id, *inst.card.companions)
         shard = inst.runner_to_shard[rid]
         ranks = sorted(inst.runner_to_shard.values(), key=lambda m: m.device_rank)
         control = f"{inst.ring_hosts[0].rsplit(':', 1)[0]}:{ring_port(inst.instance_id, -1)}" \
@@ -58,7 +64,8 @@ def plan(state: State, node_id: str, running: set[str], locate: Callable[[str], 
             "--model-id", inst.model_id, "--model-dir", str(model_dir),
             "--listen", listen, "--advertise", advertise,
             "--rank", str(shard.device_rank), "--world-size", str(shard.world_size),
-            "--start-layer", str(shard.start_layer), "--end-layer", str(shard.end_layer)))
+            "--start-layer", str(shard.start_layer), "--end-layer", str(shard.end_layer),
+            "--embedding", "1" if inst.card.is_embedding else "0"))
     start = [] if node_id in state.restarting else [s for rid, s in sorted(wanted.items()) if rid not in running]
     stop = sorted(rid for rid in running if rid not in wanted)
-    return Plan(start, stop, sorted(missing))
+    return Plan(start, stop, sorted(missing), sorted({m for s in start for m in models[s.runner_id]}))

@@ -28,43 +28,24 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from skulk.services import faults
-from skulk.services.worker.eviction import Staged
 from skulk.wire.models import dir_name
+from skulk.wire.staged import LAST_USED, MARK, is_staged
 from skulk.wire.staging import DownloadKind, DownloadProgress
 
 log = logging.getLogger("skulk.worker")
 
-MARK = ".skulk-staged.json"
-"""Written last into a complete copy: what was copied (and its checksums)."""
-LAST_USED = ".skulk-last-used"
-"""Touched whenever a runner starts on the copy: eviction keeps the newest-used first."""
 CHUNK = 256 * 1024
 TIMEOUT_S = 10.0
 LISTING_TIMEOUT_S = 300.0
 """The first listing of a model the store has not hashed yet computes its checksums in the
 request (a large model takes minutes to hash)."""
 ATTEMPTS = 4
-REPORT_EVERY_S = 0.25
+REPORT_EVERY_S = 1.0
+"""Ongoing progress is replicated cluster-wide: at most once a second per copy."""
 
 
 class CopyError(Exception):
     """The copy cannot complete (the message says why, for `DownloadFailed`)."""
-
-
-def is_staged(path: Path) -> bool:
-    return (path / MARK).is_file() and (path / "config.json").is_file()
-
-
-def staged_copies(root: Path) -> list[Staged]:
-    """Every complete copy under `root`, with its size and last use (for eviction and
-    `GET /store/storage`)."""
-    out = []
-    for d in sorted(root.iterdir()) if root.is_dir() else ():
-        if d.is_dir() and is_staged(d):
-            size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
-            used = max((d / n).stat().st_mtime for n in (LAST_USED, MARK) if (d / n).exists())
-            out.append(Staged(model_id=d.name.replace("--", "/", 1), size_bytes=size, last_used=used))
-    return out
 
 
 def _get(url: str, offset: int = 0, timeout: float = TIMEOUT_S) -> urllib.response.addinfourl:  # type: ignore[name-defined]

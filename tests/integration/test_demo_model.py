@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skulk.wire.models import card_from_dir
+from skulk.services.store.cards import card_from_dir
 
 
 def build(home: Path, seed: int) -> str:

@@ -21,6 +21,7 @@ from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
 
+DRAFTER_DIR = "skulk--demo-drafter"
 SLOW_COPY = {"SKULK_FAULTS": "worker@stage_chunk=slow:0.02"}
 """A pause per 256 KiB chunk: the demo model's copy takes a few seconds, so its progress shows."""
 
@@ -34,9 +35,13 @@ def store_config(store: Path, port: int, keep_gb: float) -> dict[str, Any]:
 @pytest.fixture
 def store_cluster(nodes, demo_model, tmp_path):
     """`start(keep_gb, env)`: 3 nodes (n0 hosts the store); the demo model is only in the store."""
-    def start(keep_gb: float = 0.0, env: dict[str, str] | None = None) -> tuple[list[Any], dict[str, str]]:
+    def start(keep_gb: float = 0.0, env: dict[str, str] | None = None,
+              companion: bool = False) -> tuple[list[Any], dict[str, str]]:
         store = tmp_path / "store"
         shutil.copytree(demo_model, store / DEMO_DIR, dirs_exist_ok=True)
+        if companion:  # the demo model names a drafter (a copy of itself) as its companion
+            shutil.copytree(demo_model, store / DRAFTER_DIR, dirs_exist_ok=True)
+            (store / DEMO_DIR / "skulk.json").write_text('{"companions": ["skulk/demo-drafter"]}')
         config = store_config(store, free_port(), keep_gb)
         namespace = f"s-{uuid.uuid4().hex[:8]}"
         n0 = nodes("n0", config=config, args=node_args(namespace, []))
@@ -182,3 +187,23 @@ def test_a_node_reconciles_copies_orphaned_by_a_crash_at_start(nodes, demo_model
     wait_until(n1, lambda: not orphan.exists() and not partial.exists(), 30, "orphans removed at start")
     status, err = http_json(f"{n1.url}/store/health")  # the store host is not in this cluster
     assert status == 503 and err["error"]["message"].startswith("Store unreachable")
+
+
+def test_a_companion_is_staged_with_its_model_counts_as_in_use_and_goes_with_it(store_cluster):
+    (n0, n1, n2), ids = store_cluster(keep_gb=0.0, companion=True)
+    assert http_json(f"{n1.url}/place_instance", {"model_id": MODEL,
+                                                  "excluded_nodes": [ids["n0"], ids["n2"]]})[0] == 200
+    iid = wait_until(n1, lambda: ready_instance(n1), 90, "the instance ready")
+    drafter = n1.home / "staging" / DRAFTER_DIR
+    assert staged(n1).exists() and drafter.exists()  # staged before the runner started
+    storage = http_json(f"{n1.url}/store/storage")[1]
+    assert {m["modelId"]: m["inUse"] for m in storage["stagedModels"]} == {MODEL: True, "skulk/demo-drafter": True}
+    unused = n1.home / "staging" / "skulk--unused"  # a copy nobody uses: the purge's visible effect
+    shutil.copytree(staged(n1), unused)
+    assert http_json(f"{n0.url}/store/purge-staging", {})[0] == 200
+    wait_until(n1, lambda: not unused.exists(), 30, "the purge applied on n1")
+    assert staged(n1).exists() and drafter.exists()  # in use, and a companion of one: kept
+    assert http_json(f"{n1.url}/v1/chat/completions", {"model": MODEL, "max_tokens": 2, "messages": [
+        {"role": "user", "content": "x"}]})[0] == 200
+    assert http_json(f"{n1.url}/instance/{iid}", method="DELETE")[0] == 200
+    wait_until(n1, lambda: not staged(n1).exists() and not drafter.exists(), 30, "both evicted (budget 0)")

@@ -15,7 +15,8 @@ from skulk.services.api.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.state import ToolCall
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
-from skulk.wire.models import ModelDirError, card_from_dir, dir_name, scan
+from skulk.services.store.cards import card_from_dir, scan
+from skulk.wire.models import ModelDirError, dir_name
 from skulk.wire.state import RunnerStatus, State
 
 OK = {"model": "m/x", "messages": [{"role": "user", "content": "hi"}]}

@@ -91,3 +91,23 @@ def test_exclusions_unknown_ids_are_ignored():
     assert not isinstance(got, PlacementError) and set(got.node_to_runner) == {"b"}
     got = place(state, PlaceInstance(command_id="c", card=CARD, min_nodes=2, excluded_nodes=("a",)), ids())
     assert isinstance(got, PlacementError) and "(1 node(s) excluded)" in got.message
+
+
+def test_a_model_no_store_has_is_placed_only_on_the_nodes_that_hold_it():
+    from skulk.wire.catalog import NodeCatalogUpdated
+
+    state = cluster(("a", 64, 48), ("b", 64, 48), ("c", 64, 48))
+    on_b = replace(state, catalog={"b": NodeCatalogUpdated(node_id="b", cards=(CARD,)),
+                                   "a": NodeCatalogUpdated(node_id="a", cards=()),
+                                   "c": NodeCatalogUpdated(node_id="c", cards=())})
+    placed = place(on_b, PlaceInstance(command_id="x", card=CARD), ids())
+    assert not isinstance(placed, PlacementError) and set(placed.node_to_runner) == {"b"}
+    refused = place(on_b, PlaceInstance(command_id="x", card=CARD, min_nodes=2), ids())
+    assert isinstance(refused, PlacementError) and refused.message.startswith("o/m is not in the models dir of node(s) a, c")
+    unreported = replace(on_b, catalog={"b": on_b.catalog["b"]})  # a and c have not said yet: not ruled out
+    assert not isinstance(place(unreported, PlaceInstance(command_id="x", card=CARD, min_nodes=3), ids()),
+                          PlacementError)
+    in_store = replace(on_b, catalog={**on_b.catalog, "a#store": NodeCatalogUpdated(
+        node_id="a", cards=(CARD,), in_store=True)})
+    anywhere = place(in_store, PlaceInstance(command_id="x", card=CARD, min_nodes=3), ids())
+    assert not isinstance(anywhere, PlacementError) and len(anywhere.node_to_runner) == 3

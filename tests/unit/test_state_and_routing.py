@@ -265,6 +265,15 @@ def test_a_runner_waits_while_its_model_has_no_local_copy_and_a_running_one_is_k
     assert plan(state, "n1", {rid}, lambda m: None, "h", "h") == Plan([], [], ["skulk/demo-tiny"])
 
 
+def test_a_runner_waits_for_its_models_companions_too():
+    state, iid, rid = placed()
+    inst = state.instances[iid]
+    with_drafter = replace(state, instances={iid: replace(inst, card=replace(inst.card, companions=("skulk/drafter",)))})
+    only_main = plan(with_drafter, "n1", set(), lambda m: AT_M(m) if m == "skulk/demo-tiny" else None, "h", "h")
+    assert only_main == Plan([], [], ["skulk/drafter"])
+    assert [s.runner_id for s in plan(with_drafter, "n1", set(), AT_M, "h", "h").start] == [rid]
+
+
 def test_runner_plan_starts_nothing_while_the_node_is_marked_restarting():
     state, iid, rid = placed()
     marked = run(state, [NodeRestarting(node_id="n1", until=30.0)])

@@ -36,6 +36,24 @@ def open_stream(generation: Generation, params: TaskParams) -> Stream:
         raise http_error(exc.status, exc.message) from None
 
 
+class StreamBody:
+    """The WSGI body of a streamed answer. The server calls `close()` however the response
+    ends; closing the `Stream` too does its bookkeeping even when the client left before the
+    adapter's first frames reached the stream's own iteration (no generator `finally` ran)."""
+
+    def __init__(self, frames: Iterator[bytes], stream: Stream) -> None:
+        self.frames, self.stream = frames, stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.frames
+
+    def close(self) -> None:
+        try:
+            self.frames.close()  # type: ignore[attr-defined]
+        finally:
+            self.stream.close()
+
+
 def respond(resp: falcon.Response, stream: Stream, streamed: Callable[[Stream], Iterator[bytes]],
             whole: Whole, media: str = "text/event-stream") -> None:
     """A streaming body when the request asked for one, else the whole answer (a failure is a
@@ -44,7 +62,7 @@ def respond(resp: falcon.Response, stream: Stream, streamed: Callable[[Stream], 
         resp.content_type = media
         if media == "text/event-stream":
             resp.set_headers(SSE_HEADERS)
-        resp.stream = streamed(stream)
+        resp.stream = StreamBody(streamed(stream), stream)
         return
     chunks, outcome = collect(stream)
     if isinstance(outcome, Failed):

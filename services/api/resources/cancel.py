@@ -11,7 +11,7 @@ from __future__ import annotations
 import falcon
 
 from skulk.services.api.gateway import Gateway
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.resources.common import http_error, state_or_503
 from skulk.services.api.schema import STRING, Schema, obj
 
@@ -36,5 +36,5 @@ class CancelResource:
         status = state.runners.get(rank0) if rank0 else None
         if status is None or not status.endpoint:
             raise http_error(404, NOT_FOUND)
-        self.gateway.cancel(status.endpoint, command_id)
+        self.gateway.cancel_once(status.endpoint, command_id)
         resp.media = {"message": "Command cancelled.", "command_id": command_id}

@@ -9,7 +9,7 @@ import falcon
 
 from skulk.services.api.chat_request import ApiError
 from skulk.services.api.gateway import Gateway, MasterUnavailable
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.wire.commands import CommandRejected, Reply
 from skulk.wire.message import Message
 from skulk.wire.state import State

@@ -18,7 +18,7 @@ from typing import Any
 import falcon
 
 from skulk.services.api.gateway import Gateway, MasterUnavailable
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.resources.common import json_body
 from skulk.services.api.schema import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, obj
 from skulk.supervisor import config_file

@@ -8,7 +8,7 @@ import socket
 
 import falcon
 
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.schema import BOOLEAN, STRING, Schema, array, nullable, obj
 
 

@@ -16,7 +16,7 @@ from skulk.services.api.embedding_request import check_model, parse, response
 from skulk.services.api.errors import ApiError
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.generation import fail_status
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.resources.common import ask, http_error, json_body, state_or_503
 from skulk.wire.commands import CommandRejected, Routed, TextEmbedding
 from skulk.wire.inference import Failed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import falcon
 
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.schema import STRING, Schema, enum, obj
 
 

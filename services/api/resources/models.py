@@ -1,19 +1,24 @@
 """`GET /v1/models` and `GET /models`: every model of the cluster, from the replicated catalog
 (each node's store role reports its models dir, the store host the store), and the card
-lookup placement uses. No disk is read per request; this node's own models dir is read only
-while the catalog does not list this node yet (right after start)."""
+lookup placement uses. No request reads a disk: right after a node starts, a lookup waits a
+few seconds for the catalog to list this node's models."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import falcon
 
-from skulk.services.api.replica import StateReplica
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.state_json import model_entry
 from skulk.wire.catalog import cards_of
-from skulk.wire.models import ModelCard, ModelDirError, card_from_dir, dir_name, scan
+from skulk.wire.models import ModelCard
+from skulk.wire.replica import StateReplica
+
+CATALOG_WAIT_S = 5.0
+"""How long a lookup waits for this node's first catalog report (its store role sends one at
+start, then every 2 s)."""
 
 
 class Catalog:
@@ -24,24 +29,22 @@ class Catalog:
 
     def cards(self) -> dict[str, ModelCard]:
         state = self.replica.get(timeout=1.0)
-        known = cards_of(state.catalog) if state else {}
-        if state is None or self.node_id not in state.catalog:
-            local, _rejected = scan(self.models_dir)
-            known = {**local, **known}
-        return dict(sorted(known.items()))
+        return cards_of(state.catalog) if state else {}
 
     def card(self, model_id: object) -> ModelCard:
         """The model's card (400 without an id, 404 when no node and no store has it)."""
         if not isinstance(model_id, str) or not model_id:
             raise http_error(400, "model_id is required (a string)")
-        found = self.cards().get(model_id)
-        if found is not None:
-            return found
-        try:
-            return card_from_dir(self.models_dir / dir_name(model_id))
-        except ModelDirError as exc:
-            raise http_error(404, f"Model {model_id} is not available in the cluster (no node and no "
-                                  f"model store has it): {exc}") from None
+        deadline = time.monotonic() + CATALOG_WAIT_S
+        while True:
+            state = self.replica.get(timeout=1.0)
+            if state is not None and (found := cards_of(state.catalog).get(model_id)) is not None:
+                return found
+            left = deadline - time.monotonic()
+            if state is not None and self.node_id in state.catalog or left <= 0:
+                raise http_error(404, f"Model {model_id} is not available in the cluster "
+                                      "(no node and no model store has it)")
+            self.replica.wait_change(state.last_event_applied_idx if state else -1, min(left, 1.0))
 
 
 class ModelsResource:

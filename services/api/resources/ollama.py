@@ -21,7 +21,7 @@ from skulk.services.api.chat_request import (FLAG, SAMPLING, STOPS, ApiError, fl
                                              require_content, require_object, sampling, stops_of)
 from skulk.services.api.gateway import KeepAlive
 from skulk.services.api.generation import Generation, Stream
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.response_format import grammar_of, ollama_format
 from skulk.services.api.resources.adapter import open_stream, parsed, respond
 from skulk.services.api.resources.models import Catalog

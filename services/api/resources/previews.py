@@ -6,7 +6,7 @@ import uuid
 
 import falcon
 
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.resources.models import Catalog
 from skulk.services.api.resources.common import state_or_503
 from skulk.services.api.schema import INTEGER, STRING, Schema, array, enum, map_of, nullable, obj

@@ -15,11 +15,11 @@ from pathlib import Path
 import falcon
 
 from skulk.services.api.gateway import Gateway
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.resources.common import command, http_error, json_body
 from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, nullable, obj
-from skulk.services.worker.staging import staged_copies
 from skulk.wire.models import dir_name
+from skulk.wire.staged import in_use_here, staged_copies
 from skulk.wire.staging import PurgeStaging
 
 
@@ -36,7 +36,7 @@ class StorageResource:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         state = self.replica.get(timeout=1.0)
-        in_use = {i.model_id for i in state.instances.values() if self.node_id in i.node_to_runner} if state else set()
+        in_use = in_use_here(state, self.node_id) if state else set()
         staged = sorted(staged_copies(self.staging), key=lambda s: -s.last_used) if self.staging else []
         volume = self.staging if self.staging and self.staging.exists() else self.home / "models"
         try:

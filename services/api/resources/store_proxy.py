@@ -13,31 +13,37 @@ from typing import Any
 
 import falcon
 
-from skulk.services.api.replica import StateReplica
+from skulk.wire.replica import StateReplica
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.schema import ANY_OBJECT, INTEGER, STRING, Schema, obj
-from skulk.services.store.locate import store_url
 from skulk.supervisor.model_store import ModelStoreConfig
 from skulk.wire.models import ModelDirError, dir_name
+from skulk.wire.staged import store_url
 
 TIMEOUT_S = 5.0
 
 
 class StoreClient:
-    def __init__(self, store: ModelStoreConfig | None, replica: StateReplica, advertise: str) -> None:
-        self.store, self.replica, self.advertise = store, replica, advertise
+    def __init__(self, store: ModelStoreConfig | None, replica: StateReplica, listen: str) -> None:
+        self.store, self.replica, self.listen = store, replica, listen
 
     def call(self, method: str, path: str) -> tuple[int, Any]:
         if self.store is None:
             raise http_error(503, "Store not configured")
-        url = store_url(self.store, self.replica.get(timeout=0), self.advertise) + path
+        store = self.store
+        url = store_url(store.store_host, store.store_http_host, store.store_port, self.replica.get(timeout=0),
+                        self.listen) + path
         req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # noqa: S310 - the store's URL
                 return resp.status, json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
-            body = json.loads(exc.read() or b"{}")
-            return exc.code, body
+            text = exc.read()
+            try:
+                body = json.loads(text or b"{}")
+            except ValueError:
+                body = None
+            return exc.code, body if isinstance(body, dict) else {"error": text.decode(errors="replace")[:200]}
         except (OSError, ValueError) as exc:
             raise http_error(503, f"Store unreachable ({url}): {exc}") from None
 

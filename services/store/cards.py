@@ -1,0 +1,113 @@
+"""Model directories into cards (`<models>/<org>--<name>/config.json`): the store role reads
+them for the catalog, `skulk model add` to validate a model. A real model copied into a models
+dir or the store gets a card the same way the demo model does.
+
+A directory may name its companions (a drafter, an MTP sidecar, split vision weights) in
+`skulk.json`: `{"companions": ["org/name", ...]}`; they are staged with it and count as in use
+while it is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from skulk.wire.models import ModelCard, ModelDirError, ModelTask, dir_name
+
+TENSOR_FAMILIES = frozenset({"qwen2", "qwen3", "llama", "mistral", "phi3", "gemma2", "gemma3",
+                             "deepseek_v2", "deepseek_v3", "qwen3_moe", "olmo2", "glm4"})
+"""Families whose mlx-lm model class implements `shard(group)` (tensor parallelism)."""
+
+
+EMBEDDING_MARKERS = ("config_sentence_transformers.json", "modules.json")
+"""sentence-transformers' files: a model directory holding one is an embedding model (as
+mlx-community's embedding conversions and the demo embedding model are)."""
+
+
+CARD_EXTRAS = "skulk.json"
+"""Our own additions to a model directory (its companions)."""
+
+
+def companions_of(directory: Path) -> tuple[str, ...]:
+    """The companions `skulk.json` names (each a valid `org/name`), or ModelDirError."""
+    try:
+        extra = json.loads((directory / CARD_EXTRAS).read_text())
+    except FileNotFoundError:
+        return ()
+    except (OSError, ValueError) as exc:
+        raise ModelDirError(f"{directory.name}: unreadable {CARD_EXTRAS}: {exc}") from None
+    names = extra.get("companions", []) if isinstance(extra, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ModelDirError(f"{directory.name}: {CARD_EXTRAS} companions must be a list of model ids")
+    for name in names:
+        dir_name(name)  # org/name or ModelDirError
+    return tuple(names)
+
+
+def model_id_of(directory: Path) -> str:
+    org, sep, name = directory.name.partition("--")
+    if not sep or not org or not name:
+        raise ModelDirError(f"{directory.name}: expected a directory named <org>--<name>")
+    return f"{org}/{name}"
+
+
+def is_embedding_dir(directory: Path) -> bool:
+    return any((directory / marker).is_file() for marker in EMBEDDING_MARKERS)
+
+
+def card_from_dir(directory: Path) -> ModelCard:
+    """The card of one model directory, or ModelDirError with the reason."""
+    model_id = model_id_of(directory)
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except FileNotFoundError:
+        raise ModelDirError(f"{directory.name}: no config.json") from None
+    except (OSError, ValueError) as exc:
+        raise ModelDirError(f"{directory.name}: unreadable config.json: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelDirError(f"{directory.name}: config.json is not an object")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    weights = sorted(directory.glob("*.safetensors"))
+    if not weights:
+        raise ModelDirError(f"{directory.name}: no *.safetensors weights")
+    try:
+        n_layers = int(text["num_hidden_layers"])
+        hidden = int(text["hidden_size"])
+    except (KeyError, TypeError, ValueError):
+        raise ModelDirError(f"{directory.name}: config.json lacks num_hidden_layers/hidden_size") from None
+    if n_layers <= 0 or hidden <= 0:
+        raise ModelDirError(f"{directory.name}: n_layers and hidden_size must be positive")
+    kv = text.get("num_key_value_heads", text.get("num_attention_heads"))
+    quant = config.get("quantization") or config.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("bits"):
+        quantization = f"{quant['bits']}bit"
+    else:
+        quantization = str(config.get("torch_dtype") or "unknown")
+    family = str(config.get("model_type", "unknown"))
+    return ModelCard(
+        model_id=model_id,
+        storage_size_bytes=sum(w.stat().st_size for w in weights),
+        n_layers=n_layers, hidden_size=hidden,
+        num_key_value_heads=int(kv) if isinstance(kv, int) else None,
+        supports_tensor=family in TENSOR_FAMILIES,
+        context_length=int(text.get("max_position_embeddings") or 0),
+        family=family, quantization=quantization,
+        tasks=((ModelTask.TEXT_EMBEDDING if is_embedding_dir(directory) else ModelTask.TEXT_GENERATION).value,),
+        companions=companions_of(directory))
+
+
+def scan(models_dir: Path) -> tuple[dict[str, ModelCard], dict[str, str]]:
+    """Every usable model under `models_dir` (by id) and every rejected directory (with why)."""
+    cards: dict[str, ModelCard] = {}
+    rejected: dict[str, str] = {}
+    if not models_dir.is_dir():
+        return cards, rejected
+    for entry in sorted(models_dir.iterdir()):
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        try:
+            card = card_from_dir(entry)
+            cards[card.model_id] = card
+        except ModelDirError as exc:
+            rejected[entry.name] = str(exc)
+    return cards, rejected
