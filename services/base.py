@@ -50,17 +50,25 @@ class ChildArgs:
     run_dir: Path
     heartbeat_s: float
     rest: list[str]
+    log: logsetup.LogSettings = logsetup.LogSettings()
 
 
 def parse_child_args(argv: list[str]) -> ChildArgs:
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     p.add_argument("--child-id", required=True)
     p.add_argument("--title", required=True)
     p.add_argument("--home", type=Path, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--heartbeat-s", type=float, default=1.0)
+    # every role's logging, from `LogSettings.argv` (supervisor/tree.py adds it to each child)
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-node", default="")
+    p.add_argument("--log-file-mb", type=int, default=logsetup.FILE_MB)
+    p.add_argument("--log-files", type=int, default=logsetup.FILE_BACKUPS)
     ns, rest = p.parse_known_args(argv)
-    return ChildArgs(ns.child_id, ns.title, ns.home, ns.run_dir, ns.heartbeat_s, rest)
+    log_settings = logsetup.LogSettings(json=ns.log_format == "json", node=ns.log_node,
+                                        file_mb=ns.log_file_mb, files=ns.log_files)
+    return ChildArgs(ns.child_id, ns.title, ns.home, ns.run_dir, ns.heartbeat_s, rest, log_settings)
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -78,7 +86,7 @@ class ChildRuntime:
         self.args = args
         self.started = time.monotonic()
         setproctitle(f"skulk: {args.title}")
-        logsetup.setup(args.child_id, args.home / "logs")
+        logsetup.setup(args.child_id, args.home / "logs", settings=args.log)
         self.parent_pid = int(os.environ.get("SKULK_PARENT_PID", os.getppid()))
         die_with_parent()
         self.ctx = ctx or zmq.Context.instance()

@@ -64,6 +64,16 @@ class NodeConfig:
     api_keepalive_s: float = 10.0
     api_stall_timeout_s: float = 120.0
     trace_retention_days: float = 3.0
+    log_json: bool = False  # `logging.enabled` or SKULK_LOGGING_EXTERNAL: JSON lines on stdout too
+    log_ingest_url: str = ""  # upstream's `logging.ingest_url`: for the shipper; Skulk spawns none
+    log_file_mb: int = 10
+    log_files: int = 5
+    eventlog_ring_mb: float = 256.0  # compact the active file past this, keeping the newest events
+    eventlog_ring_keep: int = 20_000
+    eventlog_archives: int = 5
+    eventlog_archives_gb: float = 1.0
+    eventlog_floor_gb: float = 2.0  # free space below this: counting only
+    eventlog_floor_check_every: int = 1024
     place: tuple[str, ...] = ()
     config_path: Path | None = None
     model_store: ModelStoreConfig | None = None  # None: no store, the local models dir only
@@ -87,6 +97,12 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
                "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
                "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int)},
     "tracing": {"retention_days": ("trace_retention_days", float)},
+    "event_log": {"ring_mb": ("eventlog_ring_mb", float), "ring_keep": ("eventlog_ring_keep", int),
+                  "archives_max": ("eventlog_archives", int), "archives_gb": ("eventlog_archives_gb", float),
+                  "floor_gb": ("eventlog_floor_gb", float),
+                  "floor_check_every": ("eventlog_floor_check_every", int)},
+    "logging": {"enabled": ("log_json", bool), "ingest_url": ("log_ingest_url", str),
+                "max_file_mb": ("log_file_mb", int), "max_files": ("log_files", int)},
 }
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
 _SECTIONS = {"model_store": "model_store"}
@@ -102,7 +118,10 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_BOOTSTRAP_PEERS": ("bootstrap_peers", list),
     "SKULK_WARMUP_DEADLINE_SECONDS": ("warmup_deadline_s", float),
     "SKULK_GROUP_CONNECT_DEADLINE_SECONDS": ("group_connect_deadline_s", float),
+    "SKULK_LOGGING_EXTERNAL": ("log_json", bool),  # upstream: 1 => JSON to stdout for Vector
+    "SKULK_LOGGING_INGEST_URL": ("log_ingest_url", str),
 }
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def yaml_fields() -> dict[str, str]:
@@ -117,6 +136,10 @@ def default_home() -> Path:
 
 
 def _from_env(name: str, raw: str, kind: type) -> Any:
+    if kind is bool:
+        if raw.strip().lower() in _TRUE + _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise ConfigError(f"{name}={raw!r}: expected 1/0, true/false, yes/no or on/off")
     try:
         return typed(kind(raw) if kind in (int, float) else raw, kind, name)
     except ValueError:
@@ -248,3 +271,6 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("runner.prefill_chunk must be in 16..65536 and runner.prefix_cache_mb in 0..1048576")
     if cfg.api_workers < 1 or cfg.api_threads < 1:
         raise ConfigError("api workers and threads must be >= 1")
+    if not 1 <= cfg.log_file_mb <= 10240 or not 1 <= cfg.log_files <= 1000:
+        raise ConfigError("logging.max_file_mb must be in 1..10240 and logging.max_files in 1..1000 "
+                          "(files rotate by size; at least one old file is kept)")

@@ -34,6 +34,8 @@ APPLIED_AT_START: dict[str, str] = {
     "api": "gunicorn's workers and threads and the stream timings are set at start",
     "runner": "runners get their slice as arguments; running ones keep theirs",
     "tracing": "the janitor gets its retention as an argument at start",
+    "logging": "every process gets its log settings as arguments at start",
+    "event_log": "the eventlog role gets its retention as arguments at start",
     "hf_token": "HF_TOKEN is set for the children at start",
     "model_store": "the store and the master get the store's and this node's staging settings "
                    "as arguments at start (upstream: model_store changes need a restart)",

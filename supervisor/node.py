@@ -20,7 +20,7 @@ from setproctitle import setproctitle
 from skulk.supervisor import exitcodes, logsetup
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.loop import NodeLoop
-from skulk.supervisor.tree import build_tree
+from skulk.supervisor.tree import build_tree, log_settings
 from skulk.wire import endpoints
 
 log = logging.getLogger("skulk.supervisor")
@@ -54,7 +54,7 @@ def take_lock(run: Path) -> int | None:
 
 def run_node(cfg: NodeConfig) -> int:
     setproctitle("skulk: supervisor")
-    logsetup.setup("supervisor", cfg.home / "logs")
+    logsetup.setup("supervisor", cfg.home / "logs", settings=log_settings(cfg))
     try:
         run = prepare_home(cfg)
     except OSError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from skulk.supervisor.config import NodeConfig
+from skulk.supervisor.logsetup import LogSettings
 from skulk.supervisor.model_store import store_argv
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.wire.version import skulk_version
@@ -57,15 +58,29 @@ def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) ->
     if role == "worker":
         return ("--node-id", node_id, "--node-name", cfg.node_name, "--listen", cfg.listen,
                 *store_argv(cfg.model_store, cfg.node_name, node_id))
+    if role == "eventlog":
+        mib, gib = 1024 ** 2, 1024 ** 3
+        return ("--ring-bytes", str(int(cfg.eventlog_ring_mb * mib)), "--ring-keep", str(cfg.eventlog_ring_keep),
+                "--archives-max", str(cfg.eventlog_archives),
+                "--archives-bytes", str(int(cfg.eventlog_archives_gb * gib)),
+                "--floor-bytes", str(int(cfg.eventlog_floor_gb * gib)),
+                "--floor-check-every", str(cfg.eventlog_floor_check_every))
     if role == "janitor":
         return ("--trace-retention-days", repr(cfg.trace_retention_days))
     return ()
 
 
+def log_settings(cfg: NodeConfig) -> LogSettings:
+    """The node's logging settings; every process (the supervisor too) logs with these."""
+    return LogSettings(json=cfg.log_json, node=cfg.node_name, file_mb=cfg.log_file_mb, files=cfg.log_files)
+
+
 def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> SupervisorSpec:
+    logs = log_settings(cfg).argv()  # every role's, parsed by services/base.py
+
     def child(role: str) -> ChildSpec:
         return ChildSpec(id=role, module=f"skulk.services.{role}", title=role,
-                         args=role_args(cfg, role, node_id, started), restart="permanent",
+                         args=(*role_args(cfg, role, node_id, started), *logs), restart="permanent",
                          shutdown_s=cfg.shutdown_s, ready_timeout_s=cfg.ready_timeout_s,
                          heartbeat_s=max(cfg.heartbeat_s, GUNICORN_TICK_S) if role == "api"
                          else cfg.heartbeat_s, liveness=cfg.liveness)
@@ -75,7 +90,7 @@ def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> Superviso
                              "--group-connect-deadline", repr(cfg.group_connect_deadline_s),
                              "--max-batch", str(cfg.max_batch), "--queue-max", str(cfg.queue_max),
                              "--prefill-chunk", str(cfg.prefill_chunk),
-                             "--prefix-cache-mb", str(cfg.prefix_cache_mb)),
+                             "--prefix-cache-mb", str(cfg.prefix_cache_mb), *logs),
                        # never restarted here: the leader deletes a failed runner's instance
                        # (stopping its other ranks) and re-creates it with back-off
                        restart="temporary", shutdown_s=min(cfg.shutdown_s, RUNNER_SHUTDOWN_S),

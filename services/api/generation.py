@@ -14,17 +14,22 @@ abandoned request and the master is told how the task ended.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from skulk.services.api.chat_request import DEFAULT_MAX_TOKENS
 from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
+from skulk.supervisor import logctx
 from skulk.wire.replica import StateReplica
 from skulk.wire.commands import NO_INSTANCE, CommandRejected, RejectReason, Routed, TaskCancelled, TaskFinished, TextGeneration
 from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
 from skulk.wire.state import TaskParams
+
+log = logging.getLogger("skulk.api.generation")
 
 Event = KeepAlive | Progress | TokenChunk | Done | Failed
 """What a stream yields after admission: keep-alives, prefill progress, tokens, then exactly
@@ -83,7 +88,11 @@ class Stream:
 
     def __iter__(self) -> Iterator[Event]:
         try:
-            for event in self._events:
+            while True:
+                with _bound(self.routed):  # around each step, never across a yield
+                    event = next(self._events, None)
+                if event is None:
+                    return
                 if isinstance(event, (Done, Failed)):
                     self._outcome = event
                 yield event
@@ -98,9 +107,13 @@ class Stream:
             return
         self._closed = True
         outcome = self._outcome
-        if outcome is None:  # the client went away (or the server is stopping)
-            self.generation.gateway.cancel(self.routed.endpoint, self.command_id)
-        self.generation.finished(self.routed, outcome)
+        with _bound(self.routed):
+            if outcome is None:  # the client went away (or the server is stopping)
+                log.info("request %s: client gone, cancelling", self.command_id)
+                self.generation.gateway.cancel(self.routed.endpoint, self.command_id)
+            else:
+                log.info("request %s: %s", self.command_id, _describe(outcome))
+            self.generation.finished(self.routed, outcome)
 
 
 class Generation:
@@ -135,6 +148,13 @@ class Generation:
         if isinstance(routed, CommandRejected):
             raise GenerationError(routed.status, routed.reason, routed.message)
         assert isinstance(routed, Routed)
+        with _bound(routed):
+            log.info("request %s: routed to %s of instance %s", routed.command_id, routed.runner_id,
+                     routed.instance_id)
+            return self._admitted(routed, params, default_budget)
+
+    def _admitted(self, routed: Routed, params: TaskParams, default_budget: bool) -> Stream:
+        """Wait for the runner's answer: the stream, or its refusal raised."""
         state = self.replica.get(timeout=0)
         inst = state.instances.get(routed.instance_id) if state else None
         events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
@@ -168,6 +188,17 @@ class Generation:
                                failed=failed, error_message=outcome.error if isinstance(outcome, Failed) else "",
                                reason=outcome.reason if isinstance(outcome, Failed) else "")
         self.gateway.tell(cmd)
+
+
+def _bound(routed: Routed) -> AbstractContextManager[None]:
+    """The request's ids on every log line of this block (`supervisor/logctx.py`)."""
+    return logctx.bind(command_id=routed.command_id, task_id=routed.task_id)
+
+
+def _describe(outcome: Done | Failed) -> str:
+    if isinstance(outcome, Failed):
+        return f"failed ({outcome.reason}): {outcome.error}"
+    return f"done ({outcome.finish_reason}), {outcome.prompt_tokens} prompt + {outcome.completion_tokens} tokens"
 
 
 def _without_started(events: Iterator[object]) -> Iterator[Event]:

@@ -13,7 +13,7 @@ from skulk.services.api.chat_request import CHAT_REQUEST
 from skulk.services.api.declare import NDJSON, SSE, Deps, Op, Param, Route
 from skulk.services.api.openapi import OPENAPI, OpenApiResource
 from skulk.services.api.embedding_request import EMBEDDING_LIST, EMBEDDING_REQUEST
-from skulk.services.api.resources import (admin, anthropic, cancel, completions, config, diagnostics, health,
+from skulk.services.api.resources import (admin, anthropic, cancel, completions, config, diagnostics, events, health,
                                            instance, models, node_id, ollama, place, previews, responses, state,
                                            store, store_proxy)
 from skulk.services.api.resources.embeddings import EmbeddingsResource
@@ -122,6 +122,10 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("This node's skulk.yaml, secrets stripped", ok=config.CONFIG, errors=(500,)),
         "PUT": Op("Validate, save and share the cluster's configuration", ok=config.CONFIG_SAVED,
                   body=config.CONFIG_REQUEST, errors=(400, 422, 503))}, "admin"),
+    Route("/events", lambda d: events.EventsResource(d.home), {
+        "GET": Op("This node's event log, tagged events oldest first (the newest `limit`)", ok=events.EVENTS,
+                  errors=(400,), query=(Param("limit", INTEGER, "how many of the newest events (1000)"),))},
+          "cluster"),
     Route("/store/storage", lambda d: store.StorageResource(d.replica, d.node_id, d.home, d.staging_root), {
         "GET": Op("This node's staged models, event log and disk (local only: ask each node)",
                   ok=store.STORAGE)}, "store"),

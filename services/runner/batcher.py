@@ -18,7 +18,8 @@ from skulk.services.runner import scheduler
 from skulk.services.runner.engine import Engine
 from skulk.services.runner.scheduler import Admission, Limits
 from skulk.services.runner.sessions import Session
-from skulk.wire.inference import FailReason, Failed, Generate, Progress, RankInsert, RankStep, Started
+from skulk.supervisor import logctx
+from skulk.wire.inference import Done, FailReason, Failed, Generate, Progress, RankInsert, RankStep, Started
 from skulk.wire.message import Message
 
 log = logging.getLogger("skulk.runner")
@@ -54,6 +55,17 @@ class Batcher:
 
     # ---- requests --------------------------------------------------------------------------
     def on_generate(self, envelope: list[bytes], msg: Generate, now: float) -> list[Out]:
+        with logctx.bind(command_id=msg.request_id, task_id=msg.task_id):
+            outs = self._admit(envelope, msg, now)
+            for _, answer in outs:
+                if isinstance(answer, Started):
+                    log.info("request %s admitted: %d prompt tokens, %d queued", msg.request_id,
+                             answer.prompt_tokens, answer.queued)
+                elif isinstance(answer, Failed):
+                    log.info("request %s refused (%s): %s", msg.request_id, answer.reason, answer.error)
+            return outs
+
+    def _admit(self, envelope: list[bytes], msg: Generate, now: float) -> list[Out]:
         def refuse(reason: FailReason, error: str, retryable: bool = False) -> list[Out]:
             return [(envelope, Failed(request_id=msg.request_id, error=error, retryable=retryable,
                                       reason=reason))]
@@ -85,7 +97,7 @@ class Batcher:
                           scheduler.context_message(len(prompt), params.max_tokens, limit))
         seed = params.seed if params.seed is not None else self.draw_seed()
         session = Session(msg.request_id, envelope, params, prompt, seed, admitted_at=now,
-                          fmt=self.engine.output_format())
+                          fmt=self.engine.output_format(), task_id=msg.task_id)
         self.waiting.append(session)
         self.by_request[msg.request_id] = session
         queued = max(0, self.pending - self.limits.max_batch) if where is Admission.QUEUE else 0
@@ -170,13 +182,18 @@ class Batcher:
             session = self.running.get(tok.uid)
             if session is None:
                 continue  # removed meanwhile (cancelled, stop string): its last token is moot
-            try:
-                messages = session.on_token(tok, self.engine, now)
-            except Exception as exc:  # noqa: BLE001
-                log.exception("request %s failed", session.request_id)
-                session.done = True
-                messages = [Failed(request_id=session.request_id, error=f"{type(exc).__name__}: {exc}",
-                                   retryable=False, reason=FailReason.ENGINE_ERROR)]
+            with logctx.bind(command_id=session.request_id, task_id=session.task_id):
+                try:
+                    messages = session.on_token(tok, self.engine, now)
+                except Exception as exc:  # noqa: BLE001
+                    log.exception("request %s failed", session.request_id)
+                    session.done = True
+                    messages = [Failed(request_id=session.request_id, error=f"{type(exc).__name__}: {exc}",
+                                       retryable=False, reason=FailReason.ENGINE_ERROR)]
+                for m in messages:
+                    if isinstance(m, Done):
+                        log.info("request %s done (%s): %d prompt + %d tokens", session.request_id,
+                                 m.finish_reason, m.prompt_tokens, m.completion_tokens)
             outs.extend((session.envelope, m) for m in messages)
             if session.done:
                 self._finished(session, in_engine=tok.finish is None)
@@ -199,7 +216,8 @@ class Batcher:
 
     def client_gone(self, request_id: str) -> None:
         if self.cancel(request_id):
-            log.info("client of %s is gone; removed from the batch", request_id)
+            with logctx.bind(command_id=request_id):
+                log.info("client of %s is gone; removed from the batch", request_id)
 
 
 def follow(engine: Engine, step: RankStep, expected_seq: int) -> None:

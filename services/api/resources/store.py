@@ -8,16 +8,19 @@ it once, never touching a copy in use, the store, or a node's own models dir.
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import falcon
 
 from skulk.services.api.gateway import Gateway
 from skulk.wire.replica import StateReplica
 from skulk.services.api.resources.common import command, http_error, json_body
-from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, nullable, obj
+from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
+from skulk.wire.eventlog_files import MODE_FILE
 from skulk.wire.models import dir_name
 from skulk.wire.staged import in_use_here, staged_copies
 from skulk.wire.staging import PurgeStaging
@@ -28,6 +31,15 @@ def _bytes_under(path: Path) -> int:
         return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     except OSError:
         return 0
+
+
+def _event_log_mode(directory: Path) -> dict[str, Any]:
+    """Whether the event log writes or only counts (the disk was full), and why."""
+    try:
+        mode = json.loads((directory / MODE_FILE).read_text())
+    except (OSError, ValueError):
+        return {"eventLogMode": "unknown", "eventLogReason": None}
+    return {"eventLogMode": mode.get("mode", "unknown"), "eventLogReason": mode.get("reason")}
 
 
 class StorageResource:
@@ -50,7 +62,7 @@ class StorageResource:
                               "sizeBytes": s.size_bytes, "lastUsedEpochSeconds": s.last_used,
                               "inUse": s.model_id in in_use} for s in staged],
             "stagedTotalBytes": sum(s.size_bytes for s in staged),
-            "eventLogBytes": _bytes_under(self.home / "eventlog"),
+            "eventLogBytes": _bytes_under(self.home / "eventlog"), **_event_log_mode(self.home / "eventlog"),
             "diskTotalBytes": total, "diskFreeBytes": free}
 
 
@@ -75,6 +87,7 @@ STORAGE: Schema = obj({
     "nodeId": STRING, "stagingRoot": nullable(STRING),
     "stagedModels": array(obj({"modelId": STRING, "directory": STRING, "sizeBytes": INTEGER,
                                "lastUsedEpochSeconds": NUMBER, "inUse": BOOLEAN})),
-    "stagedTotalBytes": INTEGER, "eventLogBytes": INTEGER, "diskTotalBytes": INTEGER, "diskFreeBytes": INTEGER})
+    "stagedTotalBytes": INTEGER, "eventLogBytes": INTEGER, "eventLogMode": enum("writing", "counting", "unknown"),
+    "eventLogReason": nullable(STRING), "diskTotalBytes": INTEGER, "diskFreeBytes": INTEGER})
 PURGE_REQUEST: Schema = obj({}, {"modelId": STRING})
 PURGED: Schema = obj({"commandId": STRING, "message": STRING})

@@ -1,0 +1,62 @@
+"""How the event log stays small (pure): what is worth recording, when the active file is
+compacted, which archives go, when the disk is too full to write. The numbers are the
+runbook's (256 MiB ring keeping 20,000 events, 5 archives within 1 GiB, a 2 GiB free-space
+floor checked every 1,024 appends); every one is configurable so tests use small ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024 ** 2
+GIB = 1024 ** 3
+
+RECORDED = (b"evt.state.event.", b"evt.supervisor.")
+"""State changes (the leader's indexed events, replicated to every node) and process lifecycle.
+Not recorded: heartbeats and periodic reports (service status, gossip membership four times a
+second, runner load, state heads, catalog and download reports): what they change reaches the
+log as state events."""
+REFRESHES = (b"evt.state.event.node_gathered_info",)
+"""A node's info is re-sent every 10 s (memory readings): recorded once per node and process."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    ring_bytes: int = 256 * MIB
+    ring_keep: int = 20_000
+    ring_check_every: int = 4096
+    archives_max: int = 5
+    archives_bytes: int = GIB
+    floor_bytes: int = 2 * GIB
+    floor_check_every: int = 1024
+
+
+def is_refresh(topic: bytes) -> bool:
+    return topic.startswith(REFRESHES)
+
+
+def worth_recording(topic: bytes, seen: set[str], refresh_of: str = "") -> bool:
+    """Whether to write an event with this topic; a refresh (`is_refresh`) only the first time
+    for `refresh_of` (the node it is about), remembered in `seen`."""
+    if not topic.startswith(RECORDED):
+        return False
+    if is_refresh(topic):
+        if refresh_of in seen:
+            return False
+        seen.add(refresh_of)
+    return True
+
+
+def archives_to_prune(archives: list[tuple[str, int]], keep: Retention) -> list[str]:
+    """`archives`: (name, size) oldest first; the oldest go until both caps hold."""
+    names = [n for n, _ in archives]
+    sizes = [s for _, s in archives]
+    out = []
+    while names and (len(names) > keep.archives_max or sum(sizes) > keep.archives_bytes):
+        out.append(names.pop(0))
+        sizes.pop(0)
+    return out
+
+
+def below_floor(free_bytes: int, keep: Retention) -> bool:
+    return free_bytes < keep.floor_bytes

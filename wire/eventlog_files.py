@@ -1,0 +1,56 @@
+"""The event log's on-disk format, shared by its writer (the eventlog role) and its readers
+(`GET /events`, `GET /store/storage`, tests): `events.log` holds length-prefixed msgpack
+records `[wall_time, topic, payload]`; archives are gzip copies `events.<UTC stamp>.log.gz`;
+`mode.json` says whether the log is writing or counting only."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+
+ACTIVE = "events.log"
+MODE_FILE = "mode.json"
+"""`{"mode": "writing" | "counting", "reason", "since"}`."""
+
+
+def record_bytes(topic: bytes, payload: bytes, when: float) -> bytes:
+    body = msgpack.packb([when, topic, payload], use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
+
+
+def records(data: bytes) -> Iterator[tuple[float, bytes, bytes]]:
+    """The whole records of a file's bytes; a torn or corrupt tail (a kill mid-write, a power
+    loss) ends the iteration, never an error."""
+    pos = 0
+    while pos + 4 <= len(data):
+        (size,) = struct.unpack(">I", data[pos:pos + 4])
+        if pos + 4 + size > len(data):
+            return
+        try:
+            when, topic, payload = msgpack.unpackb(data[pos + 4:pos + 4 + size], raw=False)
+        except Exception:  # noqa: BLE001 - msgpack raises several unrelated types on garbage
+            return
+        if not isinstance(topic, bytes) or not isinstance(payload, bytes):
+            return
+        yield float(when), topic, payload
+        pos += 4 + size
+
+
+def read_records(path: Path) -> list[tuple[float, bytes, bytes]]:
+    """Every whole record of one file, plain or gzip (for `/events`, tests and diagnostics)."""
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return []
+    return list(records(data))
+
+
+def log_files(directory: Path) -> list[Path]:
+    """The archives oldest first, then the active file."""
+    archives = sorted(directory.glob("events.*.log.gz"))
+    active = directory / ACTIVE
+    return [*archives, *([active] if active.exists() else [])]
