@@ -61,12 +61,3 @@ def plan_staging(state: State, node_id: str, missing: list[str], failed: dict[st
 def eviction_due(in_use: set[str], before: set[str] | None) -> bool:
     """Start-up (nothing known before), or a model stopped being used here (a deactivation)."""
     return before is None or not in_use >= before
-
-
-def in_use_here(state: State, node_id: str) -> set[str]:
-    """The models this node's instances use, with their companions."""
-    used: set[str] = set()
-    for inst in state.instances.values():
-        if node_id in inst.node_to_runner:
-            used.update((inst.model_id, *inst.card.companions))
-    return used

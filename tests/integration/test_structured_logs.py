@@ -4,10 +4,10 @@ lines on the API and on its runner carry its command id and task id."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from tests.integration.conftest import DEMO_DIR
+from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
 
 FIELDS = {"time", "level", "node", "role", "pid", "logger", "message"}
@@ -35,9 +35,8 @@ def test_json_lines_carry_the_fields_and_the_request_ids(nodes, demo_model):
     def request_lines() -> list[dict]:
         return [line for line in json_lines(node.log_path) if line.get("command_id") == command_id]
 
-    deadline = time.monotonic() + 10
-    while not {"api", runner} <= {line["role"] for line in request_lines()} and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(node, lambda: {"api", runner} <= {line["role"] for line in request_lines()}, 10,
+               "the request's lines from the api and the runner")  # re-checked on each bus message
     lines = json_lines(node.log_path)
     assert lines, node.log_tail()
     for line in lines:
