@@ -62,6 +62,13 @@ def staged(node: Any) -> Path:
     return node.home / "staging" / DEMO_DIR
 
 
+def purged(node: Any) -> str:
+    try:
+        return (node.home / "staging" / ".skulk-purged").read_text().strip()
+    except OSError:
+        return ""
+
+
 def downloads(node: Any, node_id: str) -> list[dict[str, Any]]:
     return (state_of(node) or {}).get("downloads", {}).get(node_id, [])
 
@@ -119,7 +126,11 @@ def test_a_pipeline_over_two_non_store_nodes_stages_on_both_and_purge_clears_the
     iid = wait_until(n2, lambda: ready_instance(n2), 120, "the 2-rank instance ready")
     assert staged(n1).exists() and staged(n2).exists()
     chat(n0)
-    assert http_json(f"{n0.url}/store/purge-staging", {})[0] == 200  # in use: kept
+    status, purge = http_json(f"{n0.url}/store/purge-staging", {})
+    assert status == 200
+    for node in (n1, n2):  # each worker acted on it (it records the purge it carried out)
+        wait_until(node, lambda n=node: purged(n) == purge["commandId"], 30, "the purge applied")
+    assert staged(n1).exists() and staged(n2).exists()  # in use: kept
     assert http_json(f"{n2.url}/instance/{iid}", method="DELETE")[0] == 200
     wait_until(n1, lambda: not (state_of(n1) or {}).get("instances"), 30, "instance gone")
     assert staged(n1).exists() and staged(n2).exists()  # within the 40 GB budget: kept for next time
