@@ -46,7 +46,8 @@ def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) ->
                 "--node-name", cfg.node_name, "--started", repr(started),
                 "--namespace", cfg.namespace, "--peers", ",".join(cfg.bootstrap_peers),
                 "--peer-timeout", repr(cfg.peer_timeout_s),
-                "--discovery-port", str(cfg.discovery_port), "--version", skulk_version())
+                "--discovery-port", str(cfg.discovery_port), "--version", skulk_version(),
+                "--api-port", str(cfg.api_port))
     if role == "master":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1), "--node-id", node_id,
                 "--election-timeout", repr(cfg.election_timeout_s),

@@ -48,3 +48,7 @@ class RunnerReport(Message):
     status: RunnerStatus
     active: int = 0
     waiting: int = 0
+    phase: str = ""  # the flight recorder's current phase (wire/flight.py PHASES)
+    tok_s: float = 0.0  # tokens generated per second over the last report interval (all requests)
+    pid: int = 0
+    tokens_total: int = 0  # tokens generated since the runner started (a counter: rates come from it)

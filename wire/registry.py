@@ -14,6 +14,7 @@ from skulk.wire import catalog as ct
 from skulk.wire import staging as sg
 from skulk.wire import state as st
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
+from skulk.wire.flight import FlightEntry, MlxMemory
 from skulk.wire.message import Message
 from skulk.wire.models import ModelCard
 from skulk.wire.schema import compile_decoder
@@ -29,6 +30,7 @@ ALL: tuple[type[Message], ...] = (
     ServiceStatus,
     ChildLifecycle,
     RunnerReport,
+    FlightEntry, MlxMemory,
     # models and replicated state
     ModelCard,
     st.ShardMeta, st.Instance, st.RunnerStatus, st.ToolCall, st.ChatMessage, st.TaskParams, st.Task,

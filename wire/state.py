@@ -140,6 +140,7 @@ class NodeInfo(Message):
     addresses: tuple[str, ...] = ()  # reachable IPs (transport); friendly_name is display only
     disk_total: int = 0
     disk_available: int = 0
+    api_port: int = 0  # where this node's HTTP API listens on `addresses` (peer fan-out reads it)
 
 
 DELETED_BY_OPERATOR = "deleted by operator"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from skulk.wire.catalog import CatalogReport
 from skulk.wire.cluster import Membership
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
+from skulk.wire.flight import FlightEntry
 from skulk.wire.message import Message
 from skulk.wire.staging import DownloadReport
 from skulk.wire.state import IndexedEvent, StateHead
@@ -29,13 +30,14 @@ EVT_SERVICE = Topic(b"evt.service.", (ServiceStatus,))
 EVT_SUPERVISOR = Topic(b"evt.supervisor.", (ChildLifecycle,))
 
 EVT_RUNNER = Topic(b"evt.runner.", (RunnerReport,))
+EVT_FLIGHT = Topic(b"evt.flight.", (FlightEntry,))
 EVT_STATE = Topic(b"evt.state.", (IndexedEvent, StateHead))
 EVT_CLUSTER = Topic(b"evt.cluster.", (Membership,))
 EVT_DOWNLOAD = Topic(b"evt.download.", (DownloadReport,))
 EVT_CATALOG = Topic(b"evt.catalog.", (CatalogReport,))
 
 ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR, EVT_RUNNER, EVT_STATE, EVT_CLUSTER, EVT_DOWNLOAD,
-                                 EVT_CATALOG)
+                                 EVT_CATALOG, EVT_FLIGHT)
 
 
 def topic_for_frame(frame: bytes) -> Topic | None:

@@ -84,7 +84,7 @@ class Gossip:
                         skulk_version=self.ns.version, ram_total=int(mem.total),
                         ram_available=int(mem.available), when=time.time(),
                         addresses=self.addresses, disk_total=int(disk.total),
-                        disk_available=int(disk.free))
+                        disk_available=int(disk.free), api_port=self.ns.api_port)
 
     def hello(self) -> None:
         msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,
@@ -259,6 +259,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--peer-timeout", type=float, default=1.5)
     p.add_argument("--discovery-port", type=int, default=DISCOVERY_PORT)
     p.add_argument("--version", default="0")
+    p.add_argument("--api-port", type=int, default=0)  # advertised so peers can fan out to this node's API
     ns = p.parse_args(argv)
     gossip = Gossip(loop, ns)
     loop.add_reader(gossip.router, gossip.on_frame)
