@@ -23,6 +23,13 @@ sysdeps:
 	      || echo "warning: could not install libopenblas0-pthread; MLX will use its slower bundled BLAS"; \
 	  fi; \
 	fi
+	@# Debian's Chromium: the dashboard's browser test drives it with Playwright (no browser download).
+	@if [ "$$(uname -s)" = "Linux" ] && command -v dpkg >/dev/null 2>&1 && ! dpkg -s chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  echo "installing chromium (for tests/integration/test_dashboard.py)"; \
+	  ($$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    || echo "warning: could not install chromium; the dashboard's browser test will fail"; \
+	fi
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'

@@ -25,11 +25,52 @@ def cmd_run(ns: argparse.Namespace) -> int:
             "api_port": ns.api_port, "cluster_port": ns.cluster_port, "listen": ns.listen,
             "namespace": ns.namespace, "node_name": ns.node_name,
             "bootstrap_peers": ns.bootstrap_peers.split(",") if ns.bootstrap_peers else None,
-            "place": ns.place or None})
+            "place": ns.place or None, "cluster_key_file": ns.cluster_key_file})
     except config.ConfigError as exc:
         print(f"skulk: configuration error: {exc}", file=sys.stderr)
         return exitcodes.CONFIG_ERROR
     return run_node(cfg)
+
+
+def cmd_keygen(ns: argparse.Namespace) -> int:
+    from skulk.wire import curve
+
+    content = curve.keygen()
+    if ns.add_to is not None:
+        try:
+            old = curve.load_key_file(ns.add_to)
+        except curve.KeyFileError as exc:
+            print(f"skulk: {exc}", file=sys.stderr)
+            return exitcodes.CONFIG_ERROR
+        content["keys"] = [{"public": k.public.decode(), "secret": k.secret.decode()} for k in old.keys] \
+            + content["keys"]
+    try:
+        curve.write_key_file(ns.out, content)
+    except FileExistsError:
+        print(f"skulk: {ns.out} exists; a key file is never overwritten", file=sys.stderr)
+        return exitcodes.CONFIG_ERROR
+    print(f"cluster key written to {ns.out} ({len(content['keys'])} key(s); keep it secret, give it to every node)")
+    return 0
+
+
+def cmd_rotate(ns: argparse.Namespace) -> int:
+    from skulk.wire import curve
+
+    try:
+        keys = list(curve.load_key_file(ns.key_file).keys)
+    except curve.KeyFileError as exc:
+        print(f"skulk: {exc}", file=sys.stderr)
+        return exitcodes.CONFIG_ERROR
+    keys = [keys[-1], *keys[:-1]] if ns.verb == "promote" else keys[:1]
+    try:
+        curve.write_key_file(ns.out, {"version": curve.KEY_FILE_VERSION,
+                                      "keys": [{"public": k.public.decode(), "secret": k.secret.decode()}
+                                               for k in keys]})
+    except FileExistsError:
+        print(f"skulk: {ns.out} exists; a key file is never overwritten", file=sys.stderr)
+        return exitcodes.CONFIG_ERROR
+    print(f"{ns.verb}: {ns.out} has {len(keys)} key(s), current {keys[0].public.decode()[:8]}...")
+    return 0
 
 
 def wait_for_new_incarnation(home: Path, root_pid: int, wait_s: float, per_try_s: float):
@@ -152,7 +193,23 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--bootstrap-peers", help="host:port,... (env SKULK_BOOTSTRAP_PEERS)")
     run.add_argument("--place", action="append", metavar="MODEL_ID",
                      help="place this model on the node once it is up (repeatable)")
+    run.add_argument("--cluster-key-file", help="CurveZMQ cluster key (`skulk cluster keygen`; env "
+                     "SKULK_CLUSTER_KEY_FILE, config cluster.key_file)")
     run.set_defaults(func=cmd_run)
+
+    cluster = sub.add_parser("cluster", help="cluster-wide tools")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    keygen = cluster_sub.add_parser("keygen", help="make a cluster key file (give the same file to every node)")
+    keygen.add_argument("--out", type=Path, required=True, help="where to write it (must not exist; mode 600)")
+    keygen.add_argument("--add-to", type=Path, help="rotation: copy this key file with a new key added "
+                        "as accepted (see docs/operations.md)")
+    keygen.set_defaults(func=cmd_keygen)
+    for verb, text in (("promote", "rotation step 2: copy a key file with its newest key made current"),
+                       ("retire", "rotation step 3: copy a key file with only its current key")):
+        step = cluster_sub.add_parser(verb, help=text)
+        step.add_argument("key_file", type=Path)
+        step.add_argument("--out", type=Path, required=True)
+        step.set_defaults(func=cmd_rotate, verb=verb)
 
     adm = sub.add_parser("admin", help="status / restart / stop a node or one of its roles")
     adm.add_argument("verb", choices=["status", "restart", "stop", "wait", "start-child", "terminate-child"])

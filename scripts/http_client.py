@@ -4,6 +4,7 @@ node's state by long-polling `GET /state?wait_after_idx=N` (no sleep loops)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -11,10 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 
+def auth_headers() -> dict[str, str]:
+    """`SKULK_API_KEY` as a bearer token, for a node with `api.keys` (none when unset)."""
+    key = os.environ.get("SKULK_API_KEY", "")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def request(url: str, body: Any = None, method: str | None = None, timeout: float = 60) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **auth_headers()})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 

@@ -28,7 +28,9 @@ from setproctitle import setproctitle
 
 from skulk.services import faults
 from skulk.supervisor import exitcodes, logsetup
-from skulk.wire import endpoints
+from skulk.supervisor.child import DEFERRED_SIGNALS
+from skulk.supervisor.exits import STOP_SIGNALS
+from skulk.wire import curve, endpoints, refusals
 from skulk.wire.control import ChildReady, Heartbeat
 from skulk.wire.errors import WireError
 from skulk.wire.events import ServiceStatus
@@ -87,6 +89,7 @@ class ChildRuntime:
         self.started = time.monotonic()
         setproctitle(f"skulk: {args.title}")
         logsetup.setup(args.child_id, args.home / "logs", settings=args.log)
+        curve.configure_from_env()  # the supervisor checked the key file; TCP sockets use it
         self.parent_pid = int(os.environ.get("SKULK_PARENT_PID", os.getppid()))
         die_with_parent()
         self.ctx = ctx or zmq.Context.instance()
@@ -127,6 +130,16 @@ class ChildRuntime:
 Handler = Callable[[Any], None]
 
 
+class BootStopped(BaseException):
+    """A stop signal while the role boots (a runner may load a model for minutes): the boot ends
+    at once and the process exits CLEAN. A BaseException, so a boot's `except Exception` lets it
+    through, as it does KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class ServiceLoop:
     """The single poll loop of a service process."""
 
@@ -146,11 +159,17 @@ class ServiceLoop:
         wake_w.setblocking(False)
         self._wake_w = wake_w
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: None)
+        self.booting = True  # until `run_service` has set the role up
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._on_stop_signal)
+        # The supervisor starts us with these blocked (supervisor/child.py): one that came
+        # during our imports is delivered now, to the handler above.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, DEFERRED_SIGNALS)
         self.add_reader(self._wake_r, self._on_signal)
         self.every(runtime.args.heartbeat_s, runtime.beat)
         self.every(min(runtime.args.heartbeat_s, 1.0), self._check_parent)
+        self._refusals = refusals.Refusals(f"{runtime.args.child_id}: bad frames", log)
+        self.every(refusals.SUMMARY_PERIOD_S, lambda: refusals.flush_all(time.monotonic()))  # bursts that stopped
         self.every(STATUS_INTERVAL_S, lambda: runtime.publish_status(self.status_detail,
                                                                     time.monotonic()))
 
@@ -186,13 +205,21 @@ class ServiceLoop:
     def stop(self) -> None:
         self._stop = True
 
+    def _on_stop_signal(self, signum: int, _frame: Any) -> None:
+        """Runs in the main thread between bytecodes; after boot the wakeup fd carries the
+        signal to the loop (`_on_signal`), while booting it ends the boot."""
+        if self.booting:
+            self.booting = False
+            raise BootStopped(signum)
+
     def _on_signal(self, sock: socket.socket) -> None:
         try:
             data = sock.recv(64)
         except BlockingIOError:
             return
         for signum in data:
-            if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            # One line per stop: a group signal often comes with the supervisor's own SIGTERM.
+            if signum in STOP_SIGNALS and not self._stop:
                 log.info("%s: %s, stopping", self.rt.args.child_id, signal.Signals(signum).name)
                 self._stop = True
 
@@ -206,7 +233,7 @@ class ServiceLoop:
                 try:
                     self._handlers[key](key)
                 except WireError as exc:  # a bad frame is logged, never fatal
-                    log.warning("%s: dropped bad frame: %s", self.rt.args.child_id, exc)
+                    self._refusals.refuse("", exc, time.monotonic())
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
                 due, seq, interval, fn = heapq.heappop(self._timers)
@@ -234,6 +261,11 @@ def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> N
         loop = ServiceLoop(runtime)
         faults.inject(role, "boot")
         setup(loop, args.rest)
+        loop.booting = False
+    except BootStopped as stop:
+        log.info("%s: %s while booting, stopping", args.child_id, signal.Signals(stop.signum).name)
+        logging.shutdown()
+        os._exit(exitcodes.CLEAN)
     except (zmq.ZMQError, OSError, ValueError, SystemExit) as exc:
         log.error("%s failed to boot: %s", args.child_id, exc)
         os._exit(exitcodes.BOOT_FAILURE)
@@ -244,6 +276,7 @@ def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> N
     except Exception:
         log.exception("%s crashed", args.child_id)
         code = exitcodes.CRASHED
+    curve.release(runtime.ctx)  # its watcher and ZAP threads first: libzmq aborts under them
     runtime.ctx.destroy(linger=0)
     logging.shutdown()
     os._exit(code)

@@ -3,6 +3,12 @@
 Never fork after MLX is imported: every child is a new `sys.executable`. Children stay in
 the root's process group (launchd/systemd can clean them up) and exit by themselves when
 their parent dies (they check `SKULK_PARENT_PID`).
+
+A child starts with SIGINT and SIGHUP blocked (`DEFERRED_SIGNALS`): a Ctrl-C or a hangup
+to the whole group while it boots stays pending until the role has its own handlers and
+unblocks them (`services/base.py` ServiceLoop, the api's arbiter), instead of Python's
+KeyboardInterrupt traceback in the middle of its imports. SIGTERM is not deferred: early in
+boot it ends the child at once, quietly (-SIGTERM, a normal exit).
 """
 
 from __future__ import annotations
@@ -14,6 +20,17 @@ import sys
 from pathlib import Path
 
 from skulk.supervisor.spec import ChildSpec
+
+DEFERRED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
+"""Blocked in a new child until it unblocks them with its handlers in place."""
+
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess directory: read when a child first imports the library."""
+
+
+def metrics_dir(run_dir: Path) -> Path:
+    """Where every child writes its Prometheus metrics (`wire/metrics.py`); wiped at node start."""
+    return run_dir / "metrics"
 
 
 class ChildProcess:
@@ -31,8 +48,16 @@ class ChildProcess:
                 "--home", str(home), "--run-dir", str(run_dir),
                 "--heartbeat-s", repr(spec.heartbeat_s),
                 *spec.args, *extra_args]
-        env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1")
-        return cls(subprocess.Popen(argv, env=env, close_fds=True, stdin=subprocess.DEVNULL))
+        env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
+                   **{METRICS_ENV: str(metrics_dir(run_dir))})
+        # The signal mask is inherited across fork and exec; ours is restored at once (a signal
+        # that comes meanwhile stays pending for us, it is not lost).
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
+        try:
+            popen = subprocess.Popen(argv, env=env, close_fds=True, stdin=subprocess.DEVNULL)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return cls(popen)
 
     def poll(self) -> int | None:
         """Reap without blocking; the return code once the process has exited."""

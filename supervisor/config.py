@@ -13,13 +13,15 @@ import re
 import socket
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
-from skulk.supervisor import model_store
+from skulk.supervisor import api_keys, model_store
+from skulk.supervisor.api_keys import ApiKey
 from skulk.supervisor.config_values import ConfigError, typed
 from skulk.supervisor.model_store import ModelStoreConfig
+from skulk.wire import curve
 
 __all__ = ["Budget", "ConfigError", "ModelStoreConfig", "NodeConfig", "default_home", "from_mapping", "load",
            "validate", "yaml_fields"]
@@ -63,7 +65,15 @@ class NodeConfig:
     api_threads: int = 128
     api_keepalive_s: float = 10.0
     api_stall_timeout_s: float = 120.0
+    api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)  # read by the API itself from the file
+    api_open_admin: bool = False  # no keys on a non-loopback address: admin routes open to everyone
+    api_max_body_mb: float = 32.0
+    api_max_messages: int = 1024
+    api_max_streams_per_key: int = 64
+    api_write_timeout_s: float = 60.0  # a client that reads nothing of its answer for this long is dropped
     trace_retention_days: float = 3.0
+    cluster_key_file: str = ""  # CurveZMQ cluster key (`skulk cluster keygen`); "" = open (loopback only)
+    tracing_enabled: bool = False  # the cluster's initial tracing state (`PUT /v1/tracing` changes it)
     log_json: bool = False  # `logging.enabled` or SKULK_LOGGING_EXTERNAL: JSON lines on stdout too
     log_ingest_url: str = ""  # upstream's `logging.ingest_url`: for the shipper; Skulk spawns none
     log_file_mb: int = 10
@@ -86,17 +96,22 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
              "listen": ("listen", str), "name": ("node_name", str)},
     "cluster": {"namespace": ("namespace", str), "bootstrap_peers": ("bootstrap_peers", list),
                 "peer_timeout_s": ("peer_timeout_s", float), "discovery_port": ("discovery_port", int),
-                "election_timeout_s": ("election_timeout_s", float)},
+                "election_timeout_s": ("election_timeout_s", float),
+                "key_file": ("cluster_key_file", str)},
     "heartbeat": {"interval_s": ("heartbeat_s", float), "liveness": ("liveness", int)},
     "children": {"ready_timeout_s": ("ready_timeout_s", float), "shutdown_s": ("shutdown_s", float)},
     "api": {"workers": ("api_workers", int), "threads": ("api_threads", int),
-            "keepalive_s": ("api_keepalive_s", float), "stall_timeout_s": ("api_stall_timeout_s", float)},
+            "keepalive_s": ("api_keepalive_s", float), "stall_timeout_s": ("api_stall_timeout_s", float),
+            "keys": ("api_keys", list), "open_admin": ("api_open_admin", bool),
+            "max_body_mb": ("api_max_body_mb", float), "max_messages": ("api_max_messages", int),
+            "max_streams_per_key": ("api_max_streams_per_key", int),
+            "write_timeout_s": ("api_write_timeout_s", float)},
     "runner": {"warmup_deadline_s": ("warmup_deadline_s", float),
                "group_connect_deadline_s": ("group_connect_deadline_s", float),
                "recreate_backoff_s": ("recreate_backoff_s", float),
                "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
                "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int)},
-    "tracing": {"retention_days": ("trace_retention_days", float)},
+    "tracing": {"retention_days": ("trace_retention_days", float), "enabled": ("tracing_enabled", bool)},
     "event_log": {"ring_mb": ("eventlog_ring_mb", float), "ring_keep": ("eventlog_ring_keep", int),
                   "archives_max": ("eventlog_archives", int), "archives_gb": ("eventlog_archives_gb", float),
                   "floor_gb": ("eventlog_floor_gb", float),
@@ -104,6 +119,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "logging": {"enabled": ("log_json", bool), "ingest_url": ("log_ingest_url", str),
                 "max_file_mb": ("log_file_mb", int), "max_files": ("log_files", int)},
 }
+_PARSED: dict[str, Callable[[Any, str], Any]] = {"api.keys": api_keys.parse}
+"""Settings of `_YAML` whose value is more than a scalar or a list of strings: parsed whole."""
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
 _SECTIONS = {"model_store": "model_store"}
 """Sections parsed as a whole into one value (`supervisor/model_store.py`)."""
@@ -120,6 +137,8 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_GROUP_CONNECT_DEADLINE_SECONDS": ("group_connect_deadline_s", float),
     "SKULK_LOGGING_EXTERNAL": ("log_json", bool),  # upstream: 1 => JSON to stdout for Vector
     "SKULK_LOGGING_INGEST_URL": ("log_ingest_url", str),
+    "SKULK_TRACING_ENABLED": ("tracing_enabled", bool),
+    "SKULK_CLUSTER_KEY_FILE": ("cluster_key_file", str),  # wire/curve.py: every TCP socket secured  # upstream: the initial cluster tracing state
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -193,7 +212,9 @@ def from_mapping(data: Any, where: str, home: Path) -> dict[str, Any]:
             if key not in keys:
                 raise ConfigError(f"{where}: unknown key {section}.{key}")
             name, kind = keys[key]
-            out[name] = typed(value, kind, f"{where}: {section}.{key}")
+            parser = _PARSED.get(f"{section}.{key}")
+            out[name] = parser(value, f"{where}: {section}.{key}") if parser else \
+                typed(value, kind, f"{where}: {section}.{key}")
     return out
 
 
@@ -254,6 +275,11 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("api_port must differ from cluster_port and cluster_port + 1")
     if cfg.peer_timeout_s <= 0 or cfg.election_timeout_s < 0 or not 0 <= cfg.discovery_port <= 65535:
         raise ConfigError("cluster: peer_timeout_s > 0, election_timeout_s >= 0, discovery_port 0..65535")
+    if cfg.cluster_key_file:
+        try:
+            curve.load_key_file(Path(cfg.cluster_key_file).expanduser())
+        except curve.KeyFileError as exc:
+            raise ConfigError(f"cluster.key_file: {exc}") from None
     if cfg.heartbeat_s <= 0 or cfg.liveness < 1:
         raise ConfigError("heartbeat interval must be > 0 and liveness >= 1")
     if min(cfg.ready_timeout_s, cfg.shutdown_s, cfg.warmup_deadline_s, cfg.group_connect_deadline_s) <= 0:
@@ -271,6 +297,10 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("runner.prefill_chunk must be in 16..65536 and runner.prefix_cache_mb in 0..1048576")
     if cfg.api_workers < 1 or cfg.api_threads < 1:
         raise ConfigError("api workers and threads must be >= 1")
+    if not 0 < cfg.api_max_body_mb <= 4096 or not 1 <= cfg.api_max_messages <= 1_000_000 \
+            or not 1 <= cfg.api_max_streams_per_key <= 100_000 or cfg.api_write_timeout_s <= 0:
+        raise ConfigError("api: max_body_mb must be in (0, 4096], max_messages in 1..1000000, "
+                          "max_streams_per_key in 1..100000 and write_timeout_s > 0")
     if not 1 <= cfg.log_file_mb <= 10240 or not 1 <= cfg.log_files <= 1000:
         raise ConfigError("logging.max_file_mb must be in 1..10240 and logging.max_files in 1..1000 "
                           "(files rotate by size; at least one old file is kept)")

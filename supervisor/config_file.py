@@ -31,9 +31,11 @@ APPLIED_AT_START: dict[str, str] = {
     "children": "child specs (ready deadline, shutdown time) are built at start",
     "supervisor": "the root's restart budget is built at start",
     "runners_supervisor": "the runners' restart budget is built at start",
-    "api": "gunicorn's workers and threads and the stream timings are set at start",
+    "api": "gunicorn's workers and threads, the stream timings and limits are set at start; the API "
+           "reads its keys (`api.keys`) from the file when it starts",
     "runner": "runners get their slice as arguments; running ones keep theirs",
-    "tracing": "the janitor gets its retention as an argument at start",
+    "tracing": "the janitor gets its retention as an argument at start; `enabled` is the cluster's "
+               "initial tracing state, read at start (`PUT /v1/tracing` switches it live)",
     "logging": "every process gets its log settings as arguments at start",
     "event_log": "the eventlog role gets its retention as arguments at start",
     "hf_token": "HF_TOKEN is set for the children at start",

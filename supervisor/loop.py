@@ -25,12 +25,14 @@ from skulk.supervisor.supervisor import Supervisor
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
+from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.events import ChildLifecycle
 from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, publish, recv_routed,
                                 send_routed)
 from skulk.wire.topics import EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.supervisor")
+CONTROL_REFUSALS = Refusals("supervisor: admin control socket", log)
 
 MAX_POLL_S = 5.0
 
@@ -93,8 +95,8 @@ class NodeLoop:
                                 "suspended); restarting every child's liveness window", overslept)
                     self.root.forgive(now)
                 last_wake = now
-                if wake_r.fileno() in ready:
-                    self._signals(wake_r, now)
+                self._see_exits()
+                self._signals(wake_r, now)  # always, and after `_see_exits`: see there
                 self._reap(now)
                 if self.notify in ready:
                     self._drain_notify(now)
@@ -129,21 +131,37 @@ class NodeLoop:
             data = wake_r.recv(4096)
         except BlockingIOError:
             return
-        for signum in data:
+        for signum in data:  # one byte per delivered signal, in delivery order
             verb = control.SIGNAL_VERBS.get(signum)
             if verb is not None:
-                log.info("signal %s -> %s", signal.Signals(signum).name, verb)
-                self._node_verb(verb, now)
+                name = signal.Signals(signum).name
+                if self.root.terminating:  # Ctrl-C twice, or systemd after our own stop began
+                    log.info("signal %s: the node is already stopping", name)
+                    continue
+                log.info("signal %s -> %s", name, verb)
+                self._node_verb(verb, now, f"signal {name}")
 
-    def _node_verb(self, verb: str, now: float) -> None:
+    def _node_verb(self, verb: str, now: float, why: str = "") -> None:
         if self.root.terminating:
             return
+        why = why or f"admin {verb}"
         self.after_stop = "exec" if verb == "restart" else "exit"
         # Told before any child stops: the master tells the leader to keep this node while it
         # restarts in place (its children are stopped in reverse order, the master late).
-        self._emit("node", self.spec.id, "restarting" if verb == "restart" else "stopping", None, 0,
-                   f"admin {verb}")
-        self.root.stop(now, reason=f"admin {verb}")
+        self._emit("node", self.spec.id, "restarting" if verb == "restart" else "stopping", None, 0, why)
+        self.root.stop(now, reason=why)
+
+    def _see_exits(self) -> None:
+        """Collect exit codes (waitpid) before the signals are read, so a whole-group stop is
+        never mistaken for a failure: the kernel made our SIGTERM/SIGINT pending before any
+        child could act on its own copy (killpg, Ctrl-C; systemd signals the main PID first),
+        and a pending signal is delivered, its byte written to the wakeup fd, on our return
+        from the very syscall that sees the child's exit. So when a child's exit is handled,
+        the stop it belongs to has been started (libzmq's threads block signals: this thread
+        takes them)."""
+        for _owner, slot in list(self.root.workers()):
+            if slot.proc is not None:
+                slot.proc.poll()
 
     def _reap(self, now: float) -> None:
         for owner, slot in list(self.root.workers()):
@@ -164,7 +182,7 @@ class NodeLoop:
 
     def _drain_control(self, now: float) -> None:
         def refuse(exc: WireError) -> None:
-            log.warning("bad admin frame: %s", exc)
+            CONTROL_REFUSALS.refuse(peer_of(exc.envelope) if isinstance(exc, RoutedDecodeError) else "", exc, now)
             if isinstance(exc, RoutedDecodeError):
                 send_routed(self.control, exc.envelope,
                             control.reply(self.root, now, False, f"bad request: {exc}"))

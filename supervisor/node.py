@@ -8,9 +8,11 @@ launchd/systemd track never changes.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import logging
 import os
 import secrets
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,10 +20,11 @@ import psutil
 from setproctitle import setproctitle
 
 from skulk.supervisor import exitcodes, logsetup
+from skulk.supervisor.child import metrics_dir
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.loop import NodeLoop
 from skulk.supervisor.tree import build_tree, log_settings
-from skulk.wire import endpoints
+from skulk.wire import curve, endpoints
 
 log = logging.getLogger("skulk.supervisor")
 
@@ -52,6 +55,37 @@ def take_lock(run: Path) -> int | None:
     return fd
 
 
+def fresh_metrics_dir(run: Path) -> None:
+    """An empty Prometheus multiprocess directory: the files of a previous run (its pids, its
+    counts) must not be merged into this one's."""
+    shutil.rmtree(metrics_dir(run), ignore_errors=True)
+    metrics_dir(run).mkdir(mode=0o700)
+
+
+def secure_children(cfg: NodeConfig) -> None:
+    """Every child secures its TCP sockets with the cluster key (`wire/curve.py`); without one a
+    node on a non-loopback address is open to anyone who reaches it, and says so."""
+    if cfg.cluster_key_file:
+        path = Path(cfg.cluster_key_file).expanduser().resolve()
+        os.environ[curve.KEY_FILE_ENV] = str(path)
+        log.info("cluster sockets secured with CurveZMQ (key file %s, %d key(s))", path,
+                 len(curve.load_key_file(path).keys))
+        return
+    os.environ.pop(curve.KEY_FILE_ENV, None)
+    if not is_loopback(cfg.listen):
+        log.warning("OPEN CLUSTER: listening on %s without a cluster key: anyone who reaches this "
+                    "node's ports can join its cluster, read its events and send it commands; "
+                    "make a key with `skulk cluster keygen --out FILE` and set cluster.key_file "
+                    "on every node", cfg.listen)
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
 def run_node(cfg: NodeConfig) -> int:
     setproctitle("skulk: supervisor")
     logsetup.setup("supervisor", cfg.home / "logs", settings=log_settings(cfg))
@@ -64,12 +98,18 @@ def run_node(cfg: NodeConfig) -> int:
     if lock is None:
         log.error("another skulk node is already running with home %s", cfg.home)
         return exitcodes.BOOT_FAILURE
+    try:
+        fresh_metrics_dir(run)
+    except OSError as exc:
+        log.error("cannot prepare the metrics directory under %s: %s", run, exc)
+        return exitcodes.BOOT_FAILURE
     log.info("node %s starting: home %s, api port %d, cluster port %d, pid %d",
              cfg.node_name, cfg.home, cfg.api_port, cfg.cluster_port, os.getpid())
     # New per process start, as upstream's node ids. An in-place restart (execv) is the same
     # process (same PID): it keeps its id, so peers see it come back rather than a new node.
     node_id = os.environ.pop(INPLACE_NODE_ID, "") or secrets.token_hex(8)
     log.info("node id %s", node_id)
+    secure_children(cfg)
     if cfg.hf_token:  # upstream: `hf_token` becomes HF_TOKEN (unless set) for every child
         os.environ.setdefault("HF_TOKEN", cfg.hf_token)
     # The process's start time survives an in-place restart (execv) as the node id does: of two

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from skulk.supervisor import exitcodes
 from skulk.supervisor.child import ChildProcess
+from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.strategy import affected, should_restart
@@ -78,6 +79,7 @@ class Supervisor:
     spawn: Spawn
     emit: Emit
     on_terminated: Callable[[str, int, float], None]
+    parent: Supervisor | None = None
     slots: dict[str, Slot] = field(default_factory=dict)
     budget: RestartBudget = field(init=False)
     terminated: bool = False
@@ -116,6 +118,11 @@ class Supervisor:
         self.terminated = True
         self.on_terminated(self.spec.id, code, now)
 
+    def stopping(self) -> bool:
+        """This supervisor or one above it is stopping its children: nothing is restarted, and
+        a child that ends by the stop signal (sent to the whole group) is simply stopped."""
+        return self.terminating or (self.parent is not None and self.parent.stopping())
+
     # ---- events from the loop -------------------------------------------------------
     def on_ready(self, child_id: str, pid: int, now: float) -> bool:
         slot = self.slots.get(child_id)
@@ -147,14 +154,14 @@ class Supervisor:
         slot.state = "stopped"
         detail = exitcodes.describe(returncode) if isinstance(slot, WorkerSlot) else (
             "escalated" if returncode == exitcodes.ESCALATED else "stopped")
-        if prev == "stopping":
+        if classify_exit(prev, returncode, self.stopping()) is ExitKind.STOPPED:
             log.info("%s stopped (pid %s, %s)", child_id, pid, detail)
             self.emit(child_id, self.spec.id, "stopped", pid, slot.restarts, detail, returncode)
             self._drive(now)
             return
         log.warning("%s exited unexpectedly (pid %s, %s, was %s)", child_id, pid, detail, prev)
         self.emit(child_id, self.spec.id, "exited", pid, slot.restarts, detail, returncode)
-        if self.terminating or any(child_id in op.restarting for op in self._ops):
+        if self.stopping() or any(child_id in op.restarting for op in self._ops):
             self._drive(now)
             return
         restart = slot.spec.restart
@@ -184,7 +191,12 @@ class Supervisor:
         self._drive(now)
 
     def tick(self, now: float) -> None:
-        """Watchdog verdicts, SIGKILL deadlines and delayed restarts that are due."""
+        """Watchdog verdicts, SIGKILL deadlines and delayed restarts that are due.
+
+        While stopping, the watchdog rests and nothing is restarted: children leave on their
+        own (a whole-group signal) or when the stop sequence reaches them, SIGKILL `shutdown_s`
+        after their SIGTERM."""
+        watch = not self.stopping()
         for slot in list(self.slots.values()):
             if isinstance(slot, SupervisorSlot):
                 if slot.sup is not None:
@@ -194,11 +206,11 @@ class Supervisor:
                 log.warning("%s did not stop within %.1fs; SIGKILL", slot.id, slot.spec.shutdown_s)
                 slot.proc.kill()
                 slot.kill_at = None
-            if slot.state in ("starting", "running") and slot.clock is not None:
+            if watch and slot.state in ("starting", "running") and slot.clock is not None:
                 why = verdict(slot.clock, now)
                 if why is not None:
                     self._watchdog_kill(slot, why, now)
-            if slot.state == "waiting" and slot.restart_at is not None and now >= slot.restart_at:
+            if watch and slot.state == "waiting" and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 self._start_worker(slot, now)
 
@@ -257,7 +269,7 @@ class Supervisor:
 
     # ---- internals ----------------------------------------------------------------------
     def _start_ids(self, ids: list[str], now: float, counted: bool = False) -> None:
-        if self.terminating:
+        if self.stopping():  # a restart under way in a child supervisor ends with the node
             return
         for child_id in ids:
             slot = self.slots.get(child_id)
@@ -291,7 +303,7 @@ class Supervisor:
         self.emit(slot.id, self.spec.id, "started", slot.proc.pid, slot.restarts, "")
 
     def _start_supervisor(self, slot: SupervisorSlot, now: float) -> None:
-        slot.sup = Supervisor(slot.spec, self.spawn, self.emit, self.handle_exit)
+        slot.sup = Supervisor(slot.spec, self.spawn, self.emit, self.handle_exit, parent=self)
         slot.state, slot.started_at = "running", now
         slot.sup.start(now)
         self.emit(slot.id, self.spec.id, "started", None, slot.restarts, "supervisor")
@@ -344,6 +356,7 @@ class Supervisor:
 
     def next_deadline(self) -> float | None:
         times: list[float] = []
+        watch = not self.stopping()  # as in `tick`: no watchdog or restart deadlines while stopping
         for slot in self.slots.values():
             if isinstance(slot, SupervisorSlot):
                 if slot.sup is not None and (t := slot.sup.next_deadline()) is not None:
@@ -351,9 +364,9 @@ class Supervisor:
                 continue
             if slot.kill_at is not None:
                 times.append(slot.kill_at)
-            if slot.restart_at is not None:
+            if watch and slot.restart_at is not None:
                 times.append(slot.restart_at)
-            if slot.state in ("starting", "running") and slot.clock is not None:
+            if watch and slot.state in ("starting", "running") and slot.clock is not None:
                 times.append(slot.clock.deadline())
         return min(times) if times else None
 

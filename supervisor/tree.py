@@ -38,8 +38,13 @@ def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) ->
         return ("--listen", cfg.listen, "--port", str(cfg.api_port), "--node-id", node_id,
                 "--workers", str(cfg.api_workers), "--threads", str(cfg.api_threads),
                 "--keepalive", repr(cfg.api_keepalive_s), "--stall-timeout", repr(cfg.api_stall_timeout_s),
+                # no keys here (`ps` shows arguments): the API reads `api.keys` from the file itself
+                "--open-admin", str(int(cfg.api_open_admin)), "--max-body-mb", repr(cfg.api_max_body_mb),
+                "--max-messages", str(cfg.api_max_messages),
+                "--max-streams-per-key", str(cfg.api_max_streams_per_key),
+                "--write-timeout", repr(cfg.api_write_timeout_s),
                 "--config-file", str(config_file(cfg)), "--node-name", cfg.node_name,
-                *store_argv(cfg.model_store, cfg.node_name, node_id))
+                "--namespace", cfg.namespace, *store_argv(cfg.model_store, cfg.node_name, node_id))
     if role == "gossip":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
                 "--master-port", str(cfg.cluster_port + 1), "--node-id", node_id,
@@ -52,6 +57,7 @@ def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) ->
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1), "--node-id", node_id,
                 "--election-timeout", repr(cfg.election_timeout_s),
                 "--recreate-backoff", repr(cfg.recreate_backoff_s), "--config-file", str(config_file(cfg)),
+                "--tracing-enabled", str(int(cfg.tracing_enabled)),
                 *(a for m in cfg.place for a in ("--place", m)))
     if role == "store":
         return ("--listen", cfg.listen, "--node-id", node_id, "--node-name", cfg.node_name,

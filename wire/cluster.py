@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from skulk.wire.tracing import SetTracing
 from skulk.wire.commands import Command, Reply
 from skulk.wire.config_sync import SetConfig
 from skulk.wire.message import Message
@@ -115,7 +116,7 @@ class RunnerLoad(Message):
 class ForwardCommand(Message):
     TYPE: ClassVar[str] = "cluster.forward_command"
     node_id: str
-    command: Command | SetConfig | PurgeStaging
+    command: Command | SetConfig | PurgeStaging | SetTracing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -156,6 +156,7 @@ class Routed(Message):
     instance_id: str
     runner_id: str
     endpoint: str
+    trace: bool = False  # the task is traced: the API and every rank record spans for it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

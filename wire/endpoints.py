@@ -54,6 +54,11 @@ def bus_capture(run: Path) -> str:
     return _ipc(run, "tap.sock")
 
 
+def eventlog_in(run: Path) -> str:
+    """Eventlog PULL: the API's chunk and request records (wire/api_events.py)."""
+    return _ipc(run, "eventlog-in.sock")
+
+
 def master_local(run: Path) -> str:
     """Master ROUTER for this node's API: commands and state snapshots."""
     return _ipc(run, "master.sock")

@@ -23,3 +23,7 @@ class FieldTypeError(WireError):
 
 class TopicMismatch(WireError):
     """A message published under a topic that is not declared to carry it."""
+
+
+class UnexpectedMessage(WireError):
+    """A well-formed message of a type this port does not take (refused like a bad frame)."""

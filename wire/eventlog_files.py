@@ -6,6 +6,7 @@ records `[wall_time, topic, payload]`; archives are gzip copies `events.<UTC sta
 from __future__ import annotations
 
 import gzip
+import json
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,17 @@ import msgpack
 
 ACTIVE = "events.log"
 MODE_FILE = "mode.json"
-"""`{"mode": "writing" | "counting", "reason", "since"}`."""
+"""`{"mode": "writing" | "counting", "reason", "since"}`, padded with spaces to a fixed size."""
+MODE_FILE_BYTES = 512
+
+
+def read_mode(directory: Path) -> tuple[str, str]:
+    """(mode, reason) from the event log's mode file: ("", "") when it is not there or torn."""
+    try:
+        mode = json.loads((directory / MODE_FILE).read_bytes())
+        return str(mode.get("mode", "")), str(mode.get("reason") or "")
+    except (OSError, ValueError, AttributeError):
+        return "", ""
 
 
 def record_bytes(topic: bytes, payload: bytes, when: float) -> bytes:

@@ -14,10 +14,11 @@ from typing import ClassVar, Literal
 from skulk.wire.message import Message
 
 Phase = Literal["created", "idle", "connect_group", "load_model", "warmup", "task_submission",
-                "queued", "prefill", "decode_stream", "cancel_requested", "completion", "error",
+                "task_agreement", "prompt_build", "vision_preprocess", "kv_cache_lookup", "prefill_barrier",
+                "prefill_pipeline", "prefill_stream", "decode_barrier", "decode_wait_first_token",
+                "decode_stream", "parser", "cancel_requested", "cancel_observed", "completion", "error",
                 "shutdown_cleanup"]
-"""Seed 002's phases in the order a runner passes them (`queued`: admitted, waiting for a
-batch slot)."""
+"""Seed 002's phases, exactly (the timeline's schema)."""
 
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 

@@ -55,6 +55,7 @@ class Generate(Message):
     params: TaskParams
     context_limit: int = 0  # the instance's usable context in tokens (prompt + output); 0: the model's
     default_max_tokens: bool = False  # the client gave no max_tokens: fit it to the context, never refuse
+    trace: bool = False  # record this request's spans (wire/trace_files.py) under `task_id`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +175,7 @@ class RankInsert(Message):
     seed: int
     cached: int
     grammar: str = ""  # the request's output grammar: every rank masks its logits alike
+    trace_task: str = ""  # the task id when the request is traced: every rank records its spans
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

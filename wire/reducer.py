@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from skulk.wire.catalog import NodeCatalogUpdated, catalog_key
 from skulk.wire.config_sync import ConfigChanged
+from skulk.wire.tracing import TracingSet
 from skulk.wire.staging import NodeDownloadUpdated, StagingPurged
 from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
                               NodeRestarting, NodeTimedOut, RecreationAbandoned,
@@ -63,6 +64,8 @@ def _apply(state: State, event: object) -> State:
         return replace(state, tasks={k: v for k, v in state.tasks.items() if k != event.task_id})
     if isinstance(event, ConfigChanged):
         return replace(state, config=event.config)
+    if isinstance(event, TracingSet):
+        return replace(state, tracing_enabled=event.enabled)
     if isinstance(event, NodeDownloadUpdated):
         mine = {**state.downloads.get(event.node_id, {}), event.progress.model_id: event.progress}
         return replace(state, downloads={**state.downloads, event.node_id: mine})

@@ -11,7 +11,9 @@ from skulk.wire import commands as cmd
 from skulk.wire import config_sync as cs
 from skulk.wire import inference as inf
 from skulk.wire import catalog as ct
+from skulk.wire import api_events as ae
 from skulk.wire import staging as sg
+from skulk.wire import tracing as tr
 from skulk.wire import state as st
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.flight import FlightEntry, MlxMemory
@@ -43,10 +45,14 @@ ALL: tuple[type[Message], ...] = (
     cmd.CommandAccepted, cmd.CommandRejected, cmd.Routed, cmd.StateSnapshot,
     # the cluster-wide skulk.yaml (its event is in st.EVENT_TYPES)
     cs.ClusterConfig, cs.SetConfig,
+    # the tracing switch (its event is in st.EVENT_TYPES)
+    tr.SetTracing,
     # staging and the model store (its events are in st.EVENT_TYPES)
     sg.DownloadProgress, sg.DownloadReport, sg.PurgeStaging,
     # the model catalog (its event is in st.EVENT_TYPES)
     ct.CatalogReport,
+    # the API's own records in the event log
+    ae.ChunkGenerated, ae.RequestRouted, ae.RequestEnded,
     # data plane: API <-> runner
     inf.Generate, inf.Cancel, inf.Started, inf.Progress, inf.TopLogprob, inf.TokenChunk,
     inf.Done, inf.Failed, inf.Embed, inf.Embeddings, inf.RankHello, inf.RankInsert, inf.RankStep,

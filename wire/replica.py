@@ -24,10 +24,12 @@ from skulk.wire.cluster import Membership
 from skulk.wire.commands import SnapshotRequest, StateSnapshot
 from skulk.wire.errors import WireError
 from skulk.wire.reducer import OutOfOrder, apply
+from skulk.wire.refusals import Refusals
 from skulk.wire.sockets import make_socket, recv, recv_published, send
 from skulk.wire.state import IndexedEvent, State, StateHead
 
 log = logging.getLogger("skulk.replica")
+REFUSALS = Refusals("replica: state frames", log)
 
 SNAPSHOT_RETRY_S = 2.0
 TOPICS = (b"evt.state.", b"evt.cluster.")
@@ -173,7 +175,11 @@ def drain_bus(sub: zmq.Socket[Any], core: ReplicaCore) -> None:
     except zmq.Again:
         pass
     except WireError as exc:
-        log.warning("replica: bad state frame dropped: %s", exc)
+        REFUSALS.refuse(_endpoint(sub), exc, time.monotonic())
+
+
+def _endpoint(sock: zmq.Socket[Any]) -> str:
+    return sock.getsockopt(zmq.LAST_ENDPOINT).decode(errors="replace")
 
 
 def take_snapshot(dealer: zmq.Socket[Any], core: ReplicaCore) -> None:

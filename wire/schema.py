@@ -97,8 +97,10 @@ def converter_for(hint: Any) -> Converter:
         allowed = set(args)
 
         def literal(value: Any, where: str) -> Any:
-            if value not in allowed:
-                raise FieldTypeError(f"{where}: {value!r} not one of {sorted(map(str, allowed))}")
+            # a map or an array is no literal (and unhashable: `in` a set would raise TypeError
+            # and crash the receiver; found by fuzzing the supervisor's notify socket)
+            if isinstance(value, (dict, list)) or value not in allowed:
+                raise FieldTypeError(f"{where}: {str(value)[:100]} not one of {sorted(map(str, allowed))}")
             return value
 
         return literal

@@ -8,14 +8,16 @@ sockets that face other processes. One socket belongs to one thread.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
 
-from skulk.wire import codec
+from skulk.wire import codec, curve
 from skulk.wire.errors import MalformedFrame, TopicMismatch, WireError
 from skulk.wire.message import Message
+from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.topics import Topic
 
 DEFAULT_HWM = 1000
@@ -45,9 +47,11 @@ def make_socket(
             sock.setsockopt(zmq.SUBSCRIBE, prefix)
     try:
         if bind:
+            if kind == zmq.ROUTER and bind.startswith("tcp://"):
+                curve.secure_server(sock)  # with a cluster key: CurveZMQ server + ZAP (wire/curve.py)
             sock.bind(bind)
         if connect:
-            sock.connect(connect)
+            curve.connect(sock, connect)
     except zmq.ZMQError:
         sock.close(0)
         raise
@@ -121,7 +125,7 @@ def drain(sock: zmq.Socket[Any], receive: Callable[..., Any] = recv, *, limit: i
           on_error: Callable[[WireError], None] | None = None) -> Iterator[Any]:
     """Everything readable on `sock` now, without blocking, at most `limit` items (so one busy
     socket cannot starve a loop). A frame that does not decode goes to `on_error` (default:
-    logged) and is skipped: the receiving loop survives bad input."""
+    logged once per sender, then counted) and is skipped: the receiving loop survives bad input."""
     for _ in range(limit):
         try:
             item = receive(sock, flags=zmq.NOBLOCK)
@@ -131,6 +135,20 @@ def drain(sock: zmq.Socket[Any], receive: Callable[..., Any] = recv, *, limit: i
             if on_error is not None:
                 on_error(exc)
             else:
-                log.warning("dropped a bad frame: %s", exc)
+                DROPPED.refuse(_sender(sock, exc), exc, time.monotonic())
             continue
         yield item
+
+
+DROPPED = Refusals("wire: bad frames", log)
+"""`drain`'s default: a bad frame is logged once per sender, then counted (wire/refusals.py)."""
+
+
+def _sender(sock: zmq.Socket[Any], exc: WireError) -> str:
+    """Who sent a bad frame: the routing id on a ROUTER, else the socket's endpoint."""
+    if isinstance(exc, RoutedDecodeError):
+        return peer_of(exc.envelope)
+    try:
+        return sock.getsockopt(zmq.LAST_ENDPOINT).decode(errors="replace")
+    except zmq.ZMQError:
+        return ""

@@ -15,6 +15,7 @@ from skulk.wire.message import Message
 from skulk.wire.catalog import NodeCatalogUpdated
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated, StagingPurged
+from skulk.wire.tracing import TracingSet
 
 RUNNER_KINDS = ("RunnerIdle", "RunnerConnecting", "RunnerConnected", "RunnerLoading",
                 "RunnerLoaded", "RunnerWarmingUp", "RunnerReady", "RunnerRunning",
@@ -124,6 +125,7 @@ class Task(Message):
     params: TaskParams
     error_type: str = ""
     error_message: str = ""
+    trace: bool = False  # stamped by the leader from `State.tracing_enabled` when it created the task
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +143,8 @@ class NodeInfo(Message):
     disk_total: int = 0
     disk_available: int = 0
     api_port: int = 0  # where this node's HTTP API listens on `addresses` (peer fan-out reads it)
+    event_log_mode: str = ""  # "writing" | "counting" (the disk is full: events counted, not written)
+    event_log_reason: str = ""  # why it is counting only
 
 
 DELETED_BY_OPERATOR = "deleted by operator"
@@ -183,6 +187,7 @@ class State(Message):
     downloads: dict[str, dict[str, DownloadProgress]] = field(default_factory=dict)  # node -> model -> copy
     purge: StagingPurged | None = None  # the operator's last purge (each worker acts on it once)
     catalog: dict[str, NodeCatalogUpdated] = field(default_factory=dict)  # `catalog_key` -> the models there
+    tracing_enabled: bool = False  # new tasks are traced (wire/tracing.py)
 
 
 # ---- events -----------------------------------------------------------------------------
@@ -280,10 +285,10 @@ class NodeGatheredInfo(Message):
 
 Event = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
          | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting
-         | ConfigChanged | NodeDownloadUpdated | StagingPurged | NodeCatalogUpdated)
+         | ConfigChanged | NodeDownloadUpdated | StagingPurged | NodeCatalogUpdated | TracingSet)
 EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, RunnerStatusUpdated, TaskCreated,
                TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut, NodeRestarting,
-               ConfigChanged, NodeDownloadUpdated, StagingPurged, NodeCatalogUpdated)
+               ConfigChanged, NodeDownloadUpdated, StagingPurged, NodeCatalogUpdated, TracingSet)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

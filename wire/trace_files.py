@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,10 @@ TRACES_DIR = "traces"
 TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """A task id as a directory name: no separators, no `..`, bounded (a path from a client is
 checked against this before it touches the disk)."""
+
+MAX_SPANS = 4096
+"""Spans one process keeps for one task (a decode step, a detokenize and a send per token: about
+a 1,300-token answer in full)."""
 
 CATEGORIES = ("api", "router", "queue", "prefill", "decode", "detokenize", "network", "sampling")
 
@@ -73,6 +79,11 @@ class TracePart:
     spans: list[Span] = field(default_factory=list)
 
     def add(self, name: str, category: str, start_us: int, end_us: int, **kw: Any) -> None:
+        """One span; past `MAX_SPANS` only counted (`droppedSpans` on the last one kept), so a
+        very long request's trace stays a bounded file."""
+        if len(self.spans) >= MAX_SPANS:
+            self.spans[-1].attrs["droppedSpans"] = self.spans[-1].attrs.get("droppedSpans", 0) + 1
+            return
         self.spans.append(Span(name, category, start_us, end_us - start_us, **kw))
 
     def to_json(self) -> dict[str, Any]:
@@ -88,6 +99,7 @@ def write_part(home: Path, part: TracePart) -> Path | None:
         return None
     folder = traces_root(home) / part.task_id
     target = folder / f"{part.part}.json"
+    tmp = ""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{part.part}.", suffix=".tmp")
@@ -95,5 +107,43 @@ def write_part(home: Path, part: TracePart) -> Path | None:
             json.dump(part.to_json(), fh, separators=(",", ":"))
         os.replace(tmp, target)
     except OSError:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)  # a full disk must not keep half a part
         return None
     return target
+
+
+class BackgroundWriter:
+    """Writes parts on its own thread, so a runner's loop never waits on the disk; a queue full
+    of parts (a disk that stalls) drops the newest, counted: tracing never slows serving."""
+
+    def __init__(self, home: Path, size: int = 64) -> None:
+        self.home = home
+        self.queue: queue.Queue[TracePart] = queue.Queue(maxsize=size)
+        self.dropped = 0
+        threading.Thread(target=self._run, name="trace-writer", daemon=True).start()
+
+    def write(self, part: TracePart) -> None:
+        try:
+            self.queue.put_nowait(part)
+        except queue.Full:
+            self.dropped += 1
+
+    def flush(self, timeout: float) -> bool:
+        """Whether every queued part was written within `timeout` (tests; a stop)."""
+        deadline = time.monotonic() + timeout
+        with self.queue.all_tasks_done:
+            while self.queue.unfinished_tasks:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.queue.all_tasks_done.wait(left)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            part = self.queue.get()
+            try:
+                write_part(self.home, part)
+            finally:
+                self.queue.task_done()

@@ -26,12 +26,17 @@ from gunicorn.errors import HaltServer
 from setproctitle import setproctitle
 
 from skulk.services import faults
+from skulk.services.api import limits
 from skulk.services.api.app import create_app
+from skulk.services.api.auth import Policy, startup_warnings
+from skulk.services.api.declare import Limits
 from skulk.services.api.gateway import StreamTiming
 from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent, parse_child_args
-from skulk.supervisor import exitcodes, model_store
+from skulk.supervisor import api_keys, exitcodes, model_store
+from skulk.supervisor.api_keys import ApiKey
+from skulk.supervisor.child import DEFERRED_SIGNALS
 from skulk.supervisor.model_store import ModelStoreConfig
-from skulk.wire import endpoints
+from skulk.wire import endpoints, metrics
 from skulk.wire.control import ChildReady
 from skulk.wire.sockets import make_socket, send
 
@@ -50,6 +55,18 @@ def use_skulk_titles(title: str) -> None:
 class SupervisedArbiter(Arbiter):
     runtime: ChildRuntime
     status_due = 0.0
+
+    def init_signals(self) -> None:
+        """gunicorn's handlers (TERM and INT: graceful stop, HUP: reload), then let in
+        what the supervisor started us with blocked (supervisor/child.py): a Ctrl-C to the
+        group during our imports is handled now by the arbiter's loop, without a traceback."""
+        super().init_signals()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, DEFERRED_SIGNALS)
+
+    def handle_int(self) -> None:
+        """SIGINT (Ctrl-C to the group) stops gracefully, as SIGTERM does: the supervisor treats
+        both as `stop`, and gunicorn's quick stop would SIGQUIT workers (see `worker_ready`)."""
+        self.handle_term()
 
     def murder_workers(self) -> None:
         super().murder_workers()
@@ -76,12 +93,25 @@ def report_ready_from_worker(runtime: ChildRuntime, worker: Any) -> None:
         sock.close(linger=1000)
 
 
+def worker_ready(runtime: ChildRuntime, worker: Any) -> None:
+    """A worker has gunicorn's signal handlers and its app; two of them change for a signal to
+    the whole group. SIGINT (Ctrl-C) is a graceful stop, as SIGTERM: gthread's quick-stop
+    handler is not reentrant, and a second signal during it (the arbiter's) deadlocks the worker
+    in ThreadPoolExecutor.shutdown. SIGHUP is the arbiter's (reload), not a reason to die."""
+    signal.signal(signal.SIGINT, worker.handle_exit)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    report_ready_from_worker(runtime, worker)
+
+
 class ApiApplication(BaseApplication):
     def __init__(self, runtime: ChildRuntime, sock: socket.socket, workers: int, threads: int,
                  graceful_s: float, node_id: str, timing: StreamTiming, config_file: str = "",
                  store: ModelStoreConfig | None = None, staging_root: Path | None = None,
-                 listen: str = "0.0.0.0") -> None:
+                 listen: str = "0.0.0.0", namespace: str = "skulk", keys: tuple[ApiKey, ...] = (),
+                 open_admin: bool = False, client_limits: Limits = Limits()) -> None:
         self.runtime = runtime
+        self.keys, self.open_admin, self.client_limits = keys, open_admin, client_limits
+        self.namespace = namespace
         self.listen = listen
         self.config_file = config_file
         self.store, self.staging_root = store, staging_root
@@ -96,13 +126,18 @@ class ApiApplication(BaseApplication):
             "graceful_timeout": max(1, int(graceful_s)),
             "timeout": 120,
             "keepalive": 5,
+            **limits.HEADER_LIMITS,  # an oversized request line or header: 414/431 before the app
             "control_socket_disable": True,
             "proc_name": runtime.args.title,
             "accesslog": None,
             "loglevel": "warning",
-            "post_worker_init": lambda worker: report_ready_from_worker(runtime, worker),
+            "post_worker_init": lambda worker: worker_ready(runtime, worker),
             # A worker whose arbiter was killed must not linger holding the port.
             "post_fork": lambda _server, _worker: die_with_parent(signal.SIGKILL),
+            # Prometheus multiprocess mode: a dead worker's live gauges (requests in flight) go
+            # with it; at start, those of a previous arbiter's workers (killed with it) too.
+            "child_exit": lambda _server, worker: metrics.mark_dead(worker.pid),
+            "on_starting": lambda _server: metrics.forget_dead_processes(),
         }
         super().__init__()
 
@@ -114,7 +149,8 @@ class ApiApplication(BaseApplication):
         args = self.runtime.args
         return create_app(args.home, args.run_dir, self.node_id, self.timing,
                           Path(self.config_file) if self.config_file else None, self.staging_root, self.store,
-                          self.listen)
+                          self.listen, namespace=self.namespace, log_json=args.log.json, keys=self.keys,
+                          open_admin=self.open_admin, limits=self.client_limits)
 
     def run(self) -> None:
         SupervisedArbiter.runtime = self.runtime
@@ -143,6 +179,12 @@ def main() -> None:
     p.add_argument("--keepalive", type=float, default=StreamTiming.keepalive_s)
     p.add_argument("--config-file", default="")  # the node's skulk.yaml (GET/PUT /config)
     p.add_argument("--node-name", default="")
+    p.add_argument("--namespace", default="skulk")  # the cluster's (`/admin/clusters`, diagnostics)
+    p.add_argument("--open-admin", type=int, default=0)  # keys are read from --config-file, never given here
+    p.add_argument("--max-body-mb", type=float, default=32.0)
+    p.add_argument("--max-messages", type=int, default=1024)
+    p.add_argument("--max-streams-per-key", type=int, default=64)
+    p.add_argument("--write-timeout", type=float, default=60.0)
     model_store.add_store_arguments(p)  # none: no store
     ns = p.parse_args(args.rest)
     store = model_store.store_from_args(ns, args.home)
@@ -153,13 +195,26 @@ def main() -> None:
     use_skulk_titles(args.title)
     faults.inject("api", "boot")
     try:
+        keys = api_keys.from_file(Path(ns.config_file)) if ns.config_file else ()
+    except api_keys.ConfigError as exc:  # the message names the entry, never a key
+        log.error("api: %s", exc)
+        os._exit(exitcodes.CONFIG_ERROR)
+    for warning in startup_warnings(Policy(keys, bool(ns.open_admin), ns.listen), ns.port):
+        log.warning("%s", warning)
+    limits.fresh_streams_dir(args.run_dir)
+    client_limits = Limits(max_body_bytes=int(ns.max_body_mb * 2 ** 20), max_messages=ns.max_messages,
+                           max_streams_per_key=ns.max_streams_per_key, write_timeout_s=ns.write_timeout,
+                           streams_root=limits.streams_dir(args.run_dir))
+    try:
         sock = listen_socket(ns.listen, ns.port)
     except OSError as exc:
         log.error("api cannot listen on %s:%d: %s", ns.listen, ns.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
     ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0, node_id=ns.node_id,
                    timing=StreamTiming(stall_s=ns.stall_timeout, keepalive_s=ns.keepalive),
-                   config_file=ns.config_file, store=store, staging_root=staging, listen=ns.listen).run()
+                   config_file=ns.config_file, store=store, staging_root=staging, listen=ns.listen,
+                   namespace=ns.namespace, keys=keys, open_admin=bool(ns.open_admin),
+                   client_limits=client_limits).run()
 
 
 main()

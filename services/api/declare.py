@@ -17,8 +17,10 @@ from falcon.routing import map_http_methods
 
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.generation import Generation
+from skulk.services.api.runner_view import RunnerView
 from skulk.wire.replica import StateReplica
 from skulk.services.api.schema import Schema
+from skulk.supervisor.api_keys import ApiKey, Scope
 from skulk.supervisor.model_store import ModelStoreConfig
 
 JSON = "application/json"
@@ -50,6 +52,20 @@ class Op:
     media: str = JSON
     query: tuple[Param, ...] = ()
     other: Mapping[int, Schema] = field(default_factory=dict)
+    generation: bool = False
+    """Runs a model: counts against the caller's concurrent streams (`api.max_streams_per_key`; 429
+    beyond) and its answer is dropped, and the generation cancelled, when the client stops reading."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may ask of a node (`api.*`; `services/api/limits.py` enforces them)."""
+
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_messages: int = 1024
+    max_streams_per_key: int = 64
+    write_timeout_s: float = 60.0
+    streams_root: Path | None = None  # the slots' lock files (`limits.streams_dir`); None: not counted
 
 
 @dataclass(frozen=True)
@@ -67,8 +83,16 @@ class Deps:
     staging_root: Path | None = None  # model_store staging (None: no store configured)
     store: ModelStoreConfig | None = None  # the cluster's model store (None: none)
     listen: str = "0.0.0.0"  # the API's address (on loopback, the store is reached on loopback)
+    run_dir: Path = Path(".")  # the node's run dir (its root's pid is in `skulk.lock`)
+    runner_view: RunnerView = field(default_factory=RunnerView)
+    """This node's runners as they report on the bus, and the nodes gossip saw (`runner_view.py`)."""
+    namespace: str = "skulk"  # the cluster's namespace (`cluster.namespace`)
+    log_json: bool = False  # structured (JSON) logging is on
     routes: tuple[Route, ...] = ()
     """The table being served (the OpenAPI resource publishes it)."""
+    keys: tuple[ApiKey, ...] = field(default=(), repr=False)  # `api.keys` (none: see `auth.py`)
+    open_admin: bool = False  # `api.open_admin`
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(frozen=True)
@@ -82,6 +106,9 @@ class Route:
     """More paths served by the same resource with the same operations."""
     suffix: str | None = None
     """Falcon's responder suffix (`on_get_<suffix>`), for a resource serving several routes."""
+    scope: Scope = Scope.ADMIN
+    """What a caller's key must grant (`services/api/auth.py`); admin unless said, so a route
+    declared without thinking about it is closed."""
 
     @property
     def paths(self) -> tuple[str, ...]:

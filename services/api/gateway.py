@@ -1,4 +1,5 @@
-"""The only zmq code of the API's request threads: commands to the master, streams from runners.
+"""The only zmq code of the API's request threads: commands to the master, streams from runners,
+the supervisor's status (`GET /metrics`).
 
 Sockets are thread-local (gthread: one socket, one thread). Commands use a REQ with Lazy
 Pirate (poll with a deadline, retry once on a fresh socket; the master's replies are
@@ -22,6 +23,7 @@ from zmq.utils.monitor import recv_monitor_message
 from skulk.wire.replica import StateReplica
 from skulk.wire import endpoints
 from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, STREAM_STALLED, Reply
+from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.errors import WireError
 from skulk.wire.inference import (REFUSALS, Cancel, Done, Embed, Embeddings, Failed, FailReason, Generate,
                                   Progress, Started, TokenChunk)
@@ -120,6 +122,22 @@ class Gateway:
         except zmq.Again:
             pass  # the master is away: the task is only bookkeeping once the client has its answer
 
+    # ---- supervisor ---------------------------------------------------------------------------
+    def supervisor_status(self, timeout: float = 1.0) -> AdminReply | None:
+        """This node's process tree as `skulk admin status` shows it (None: no answer in time).
+        One short-lived REQ per call: it serves an occasional scrape, never a request path."""
+        sock = make_socket(self.ctx, zmq.REQ, connect=endpoints.supervisor_control(self.run_dir))
+        try:
+            send(sock, AdminCommand(verb="status"))
+            if not sock.poll(int(timeout * 1000), zmq.POLLIN):
+                return None
+            reply = recv(sock)
+            return reply if isinstance(reply, AdminReply) else None
+        except WireError:
+            return None
+        finally:
+            sock.close(0)
+
     # ---- runners ----------------------------------------------------------------------------
     def _dealer(self, endpoint: str) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
         """This thread's DEALER to a runner and the monitor that reports its TCP link dropping
@@ -171,11 +189,11 @@ class Gateway:
 
     def stream(self, endpoint: str, request_id: str, task_id: str, instance_id: str,
                runner_id: str, params: TaskParams, context_limit: int = 0,
-               default_max_tokens: bool = False) -> Iterator[Message | KeepAlive]:
+               default_max_tokens: bool = False, trace: bool = False) -> Iterator[Message | KeepAlive]:
         """Started / Progress / TokenChunk ... then exactly one Done or Failed (or KeepAlive)."""
         sock, monitor, poller = self._send(endpoint, Generate(
             request_id=request_id, task_id=task_id, params=params, context_limit=context_limit,
-            default_max_tokens=default_max_tokens))
+            default_max_tokens=default_max_tokens, trace=trace))
         now = time.monotonic()
         last_msg = last_out = now
         first_by = now + FIRST_TOKEN_S

@@ -13,6 +13,7 @@ abandoned request and the master is told how the task ended.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import time
@@ -20,14 +21,20 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from skulk.services.api.chat_request import DEFAULT_MAX_TOKENS
 from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
+from skulk.services.api.metering import ApiShape, StreamMeter
+from skulk.services.api.event_record import EventRecorder
+from skulk.services.api.request_trace import RequestTrace
 from skulk.supervisor import logctx
 from skulk.wire.replica import StateReplica
 from skulk.wire.commands import NO_INSTANCE, CommandRejected, RejectReason, Routed, TaskCancelled, TaskFinished, TextGeneration
 from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
+from skulk.wire.metrics import INTERNAL_ERROR
 from skulk.wire.state import TaskParams
+from skulk.wire.trace_files import now_us
 
 log = logging.getLogger("skulk.api.generation")
 
@@ -81,6 +88,8 @@ class Stream:
     _events: Iterator[Event]
     _outcome: Failed | Done | None = None
     _closed: bool = False
+    meter: StreamMeter | None = None  # the request's metrics (`metering.py`), set by `open`
+    trace: RequestTrace | None = None  # the API's spans when the task is traced (`request_trace.py`)
 
     @property
     def command_id(self) -> str:
@@ -95,6 +104,13 @@ class Stream:
                     return
                 if isinstance(event, (Done, Failed)):
                     self._outcome = event
+                if self.meter is not None:
+                    self.meter.saw(event, time.monotonic())
+                if isinstance(event, TokenChunk):
+                    if self.trace is not None:
+                        self.trace.chunk()
+                    if self.generation.events is not None:
+                        self.generation.events.chunk(self.routed, self.params.model, event)
                 yield event
                 if self._outcome is not None:
                     return
@@ -114,13 +130,31 @@ class Stream:
             else:
                 log.info("request %s: %s", self.command_id, _describe(outcome))
             self.generation.finished(self.routed, outcome)
+        if self.meter is not None:
+            self.meter.closed(outcome)
+        if self.generation.events is not None:
+            self.generation.events.ended(self.routed, self.params.model, outcome, self.prompt_tokens)
+        if self.trace is not None:
+            self.trace.closed("cancelled" if outcome is None else
+                              outcome.reason if isinstance(outcome, Failed) else outcome.finish_reason)
 
 
 class Generation:
-    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str) -> None:
+    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str,
+                 api: ApiShape = ApiShape.OTHER) -> None:
         self.gateway = gateway
         self.replica = replica
         self.node_id = node_id
+        self.home: Path | None = None  # where traced requests' spans go (set by the app)
+        self.events: EventRecorder | None = None  # the event log's API records (set by the app)
+        self.node_name = ""
+        self.api = api
+
+    def shaped(self, api: ApiShape) -> Generation:
+        """This generation path for one client shape (its requests' `api` metrics label)."""
+        shaped = copy.copy(self)
+        shaped.api = api
+        return shaped
 
     def context_limit(self, model: str) -> int:
         """The largest usable context of the model's instances (404 when none exists)."""
@@ -136,7 +170,21 @@ class Generation:
     def open(self, params: TaskParams) -> Stream:
         """Check the model and the output budget, route through the master once, and wait
         for the runner to admit the request: a refusal (busy, context too long) raises here, so
-        it is the response's status, streaming or not."""
+        it is the response's status, streaming or not. Metered from here (`metering.py`)."""
+        meter = StreamMeter(self.api, params.model, time.monotonic())
+        try:
+            stream = self._open(params)
+        except GenerationError as exc:
+            meter.refused(exc.reason)
+            raise
+        except Exception:
+            meter.refused(INTERNAL_ERROR)
+            raise
+        stream.meter = meter
+        return stream
+
+    def _open(self, params: TaskParams) -> Stream:
+        opened_us = now_us()
         limit = self.context_limit(params.model)
         default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
         params = context_checked(params, limit)
@@ -151,15 +199,22 @@ class Generation:
         with _bound(routed):
             log.info("request %s: routed to %s of instance %s", routed.command_id, routed.runner_id,
                      routed.instance_id)
-            return self._admitted(routed, params, default_budget)
+            if self.events is not None:
+                self.events.routed(routed, params.model)
+            trace = RequestTrace(self.home, self.node_id, self.node_name, routed, params.model, opened_us) \
+                if routed.trace and self.home is not None else None
+            stream = self._admitted(routed, params, default_budget, trace)
+            stream.trace = trace
+            return stream
 
-    def _admitted(self, routed: Routed, params: TaskParams, default_budget: bool) -> Stream:
+    def _admitted(self, routed: Routed, params: TaskParams, default_budget: bool,
+                  trace: RequestTrace | None = None) -> Stream:
         """Wait for the runner's answer: the stream, or its refusal raised."""
         state = self.replica.get(timeout=0)
         inst = state.instances.get(routed.instance_id) if state else None
         events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
                                      routed.runner_id, params, inst.context_token_limit if inst else 0,
-                                     default_budget)
+                                     default_budget, routed.trace)
         quiet: list[KeepAlive] = []  # a runner busy with a long step answers between steps
         first = next(events)
         while isinstance(first, KeepAlive):  # the stream itself ends a silent runner (deadlines)
@@ -168,9 +223,15 @@ class Generation:
         prompt_tokens = 0
         if isinstance(first, Failed):
             self.finished(routed, first)
+            if self.events is not None:
+                self.events.ended(routed, params.model, first, 0)
+            if trace is not None:
+                trace.closed(first.reason)
             raise GenerationError(fail_status(first.reason), first.reason, first.error)
         if isinstance(first, Started):
             prompt_tokens = first.prompt_tokens
+            if trace is not None:
+                trace.admitted(prompt_tokens)
             rest: Iterator[Event] = itertools.chain(quiet, events)  # type: ignore[arg-type]
         else:
             rest = itertools.chain(quiet, [first], events)  # type: ignore[list-item]

@@ -4,7 +4,9 @@ The cluster views (`/v1/traces/cluster*`, `/v1/diagnostics/cluster*`, `/admin/cl
 every peer in the replicated state in parallel, each under one short deadline; a peer that
 refuses, times out or answers garbage is reported as unreachable with the reason, and the
 call still answers with what the others said. A peer's API address is the first of the
-addresses it advertises with the port it advertises (`NodeInfo.api_port`).
+addresses it advertises with the port it advertises (`NodeInfo.api_port`). Each peer is asked
+with the caller's own key (`FORWARDED`), so a cluster whose nodes share their `api.keys` answers
+a cluster view, and no caller reaches through one node further than its key allows elsewhere.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +25,9 @@ PEER_TIMEOUT_S = 2.0
 """A peer that has not answered in this long counts as unreachable (an operator's page must not
 wait on a frozen node)."""
 MAX_PEER_BODY = 32 << 20
+FORWARDED: ContextVar[dict[str, str]] = ContextVar("skulk_peer_credentials", default={})
+"""The current request's credentials (`{"Authorization": "Bearer <key>"}`, or none), set for every
+routed request by `auth.AuthMiddleware`; `ask` sends them to the peer."""
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,14 @@ def peers_of(state: State | None, self_id: str) -> list[Peer]:
 
 
 def ask(peer: Peer, path: str, timeout: float = PEER_TIMEOUT_S, method: str = "GET",
-        body: Any = None) -> PeerAnswer:
-    """One request to one peer; every failure becomes `PeerAnswer.error`, never an exception."""
+        body: Any = None, credentials: dict[str, str] | None = None) -> PeerAnswer:
+    """One request to one peer; every failure becomes `PeerAnswer.error`, never an exception.
+    `credentials`: the caller's (default: the current request's, `FORWARDED`)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(peer.url + path, method=method, data=data,
-                                 headers={"Content-Type": "application/json"} if data else {})
+    headers = dict(FORWARDED.get() if credentials is None else credentials)
+    if data:
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(peer.url + path, method=method, data=data, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - a peer's advertised URL
             raw = resp.read(MAX_PEER_BODY)
@@ -84,8 +93,9 @@ def ask_all(peers: list[Peer], path: str, timeout: float = PEER_TIMEOUT_S, metho
     order of `peers` (a peer still silent at the deadline is reported as timed out)."""
     if not peers:
         return []
+    credentials = FORWARDED.get()  # the pool's threads do not see the request's context
     pool = ThreadPoolExecutor(max_workers=min(16, len(peers)), thread_name_prefix="peer-ask")
-    futures = [pool.submit(ask, p, path, timeout, method, body) for p in peers]
+    futures = [pool.submit(ask, p, path, timeout, method, body, credentials) for p in peers]
     wait(futures, timeout=timeout + 0.5)
     pool.shutdown(wait=False, cancel_futures=True)
     return [f.result() if f.done() else PeerAnswer(p, 0, None, f"no answer within {timeout:g} s")

@@ -59,12 +59,15 @@ def task_json(task: Task) -> dict[str, Any]:
     return {"TextGeneration": {"taskId": task.task_id, "taskStatus": task.status,
                                "instanceId": task.instance_id, "commandId": task.command_id,
                                "ownerNode": task.owner_node, "taskParams": params,
-                               "traceEnabled": False, "errorType": task.error_type or None,
+                               "traceEnabled": task.trace, "errorType": task.error_type or None,
                                "errorMessage": task.error_message or None}}
 
 
 def iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat()
+    try:
+        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat()
+    except (OverflowError, ValueError, OSError):  # a time no clock gives (a bad report on the bus): no 500
+        return (dt.datetime.max if ts > 0 else dt.datetime.min).replace(tzinfo=dt.timezone.utc).isoformat()
 
 
 def node_health(info: NodeInfo, now_wall: float) -> dict[str, Any]:
@@ -80,6 +83,11 @@ def node_health(info: NodeInfo, now_wall: float) -> dict[str, Any]:
         reasons.append({"code": "disk_low", "message": f"{free / GIB:.1f} GB free",
                         "remediation": "Free disk on this node before it fills up."})
         level = "warn"
+    if info.event_log_mode == "counting":
+        reasons.append({"code": "event_log_counting_only",
+                        "message": f"event log counting only: {info.event_log_reason or 'disk full'}",
+                        "remediation": "Free disk on this node; persistence resumes by itself within 10 s."})
+        level = "error" if level == "error" else "warn"
     if now_wall - info.when > 15:
         reasons.append({"code": "unreachable", "message": f"last seen {now_wall - info.when:.0f}s ago",
                         "remediation": "Check the node is running and reachable on its cluster port."})
@@ -111,7 +119,7 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
                       for n, models in state.downloads.items()},
         "lastSeen": {n: iso(info.when) for n, info in nodes.items()},
         "topology": {"nodes": sorted(nodes), "connections": {}},
-        "tracingEnabled": False,
+        "tracingEnabled": state.tracing_enabled,
         "lastEventAppliedIdx": state.last_event_applied_idx,
         "nodeNetwork": {n: {"interfaces": [{"name": f"addr{k}", "ipAddress": a}
                                             for k, a in enumerate(i.addresses)]} for n, i in nodes.items()},

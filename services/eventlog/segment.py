@@ -12,6 +12,7 @@ writes again once space is back and says so.
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import shutil
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 
 from skulk.services.eventlog.retention import Retention, archives_to_prune, below_floor
-from skulk.wire.eventlog_files import ACTIVE, MODE_FILE, read_records, record_bytes
+from skulk.wire.eventlog_files import ACTIVE, MODE_FILE, MODE_FILE_BYTES, read_records, record_bytes
 
 log = logging.getLogger("skulk.eventlog")
 
@@ -112,13 +113,23 @@ class Segment:
         log.warning("event log persistence resumed (free disk above the floor again)")
 
     def _write_mode(self) -> None:
+        """The mode file is rewritten in place at a fixed size, so saying "counting" needs no new
+        disk block on the very disk that is full (a new file could not be written there)."""
+        reason = self.degraded
+        while True:  # the reason shrinks until the JSON fits (escapes can make it longer)
+            data = json.dumps({"mode": "counting" if self.degraded else "writing", "reason": reason or None,
+                               "since": round(time.time(), 3)}).encode()
+            if len(data) <= MODE_FILE_BYTES:
+                break
+            reason = reason[:len(reason) // 2]
+        data = data.ljust(MODE_FILE_BYTES)
+        path = self.dir / MODE_FILE
         try:
-            (self.dir / MODE_FILE).write_text(
-                '{"mode": "%s", "reason": %s, "since": %.3f}' % (
-                    "counting" if self.degraded else "writing",
-                    '"' + self.degraded.replace('"', "'") + '"' if self.degraded else "null", time.time()))
+            with open(path, "r+b" if path.exists() else "wb") as fh:
+                fh.write(data)
+                fh.truncate(MODE_FILE_BYTES)  # an older, longer file keeps no tail
         except OSError:
-            pass  # the disk is full: the mode file says what it said before
+            pass  # cannot even rewrite it: it says what it said before
 
     def close(self) -> None:
         if self._fh is not None:

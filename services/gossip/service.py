@@ -25,8 +25,10 @@ from skulk.services.base import ServiceLoop
 from skulk.services.gossip.names import Clash, Named, judge
 from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
 from skulk.wire.cluster import Member, Membership, PeerHello
-from skulk.wire.errors import WireError
-from skulk.wire.sockets import drain, make_socket, recv_routed, send
+from skulk.wire.errors import UnexpectedMessage, WireError
+from skulk.wire.refusals import Refusals, peer_of
+from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send
+from skulk.wire.eventlog_files import read_mode
 from skulk.wire.state import NodeInfo
 from skulk.wire.topics import EVT_CLUSTER
 
@@ -43,8 +45,11 @@ DISCOVERY_INTERVAL_S = 2.0
 LEARNED_TTL_S = 10.0
 
 
+REFUSALS = Refusals("gossip: cluster port", log)
+
+
 def _rejected(exc: WireError) -> None:
-    log.warning("gossip: rejected a bad frame on the cluster port: %s", exc)
+    REFUSALS.refuse(peer_of(exc.envelope) if isinstance(exc, RoutedDecodeError) else "", exc, time.monotonic())
 
 
 def namespace_hash(namespace: str) -> str:
@@ -76,15 +81,22 @@ class Gossip:
         self.me = Named(ns.node_id, ns.node_name, ns.started)
         self.refused = ""  # why this node does not join (a name clash); "" while it may
         self.warned: set[tuple[str, str]] = set()  # (ignored node, holder) pairs already logged
+        self.quiet_until = time.monotonic() + ns.peer_timeout
+        """A gossip (re)started publishes no membership before it has listened for a peer timeout
+        (peers dial in too, so even a node without bootstrap peers may have some): its first,
+        lonely one would tell the leader's master that every other node was gone (found by the
+        chaos soak: their instances were deleted)."""
 
     def info(self) -> NodeInfo:
         mem = psutil.virtual_memory()
         disk = psutil.disk_usage(str(self.loop.rt.args.home))
+        mode, reason = read_mode(self.loop.rt.args.home / "eventlog")
         return NodeInfo(node_id=self.ns.node_id, friendly_name=self.ns.node_name,
                         skulk_version=self.ns.version, ram_total=int(mem.total),
                         ram_available=int(mem.available), when=time.time(),
                         addresses=self.addresses, disk_total=int(disk.total),
-                        disk_available=int(disk.free), api_port=self.ns.api_port)
+                        disk_available=int(disk.free), api_port=self.ns.api_port,
+                        event_log_mode=mode, event_log_reason=reason)
 
     def hello(self) -> None:
         msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,
@@ -104,12 +116,13 @@ class Gossip:
         self.publish(msg.info)
 
     def on_frame(self, sock: zmq.Socket[Any]) -> None:
-        for _env, msg in drain(sock, recv_routed, limit=200, on_error=_rejected):
+        for env, msg in drain(sock, recv_routed, limit=200, on_error=_rejected):
             if not isinstance(msg, PeerHello):
-                log.warning("gossip: rejected %s on the cluster port", msg.TYPE)
+                REFUSALS.refuse(peer_of(env), UnexpectedMessage(f"ignored {msg.TYPE}"), time.monotonic())
                 continue
             if msg.namespace != self.ns_hash:
-                log.warning("gossip: refused node %s from another namespace", msg.info.node_id)
+                REFUSALS.refuse(peer_of(env), UnexpectedMessage(
+                    f"refused node {msg.info.node_id} from another namespace"), time.monotonic())
                 continue
             address = pick_address(msg.info.addresses, None)
             if address is None or self.refused or not self.admit(msg, address):
@@ -206,6 +219,8 @@ class Gossip:
                              node_id, endpoint, DISCONNECT_GRACE_S)
 
     def publish(self, me: NodeInfo) -> None:
+        if time.monotonic() < self.quiet_until:
+            return
         members = [Member(info=me, master_endpoint=f"tcp://{self.addresses[0]}:{self.ns.master_port}")]
         members += [Member(info=p.hello.info, master_endpoint=f"tcp://{p.address}:{p.hello.master_port}")
                     for p in self.table.peers.values()]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import time
+from pathlib import Path
 
 from skulk.services.base import ServiceLoop
-from skulk.services.janitor.policy import expired_traces
+from skulk.services.janitor.policy import expired_tasks
+from skulk.wire.trace_files import traces_root, valid_task_id
 
 log = logging.getLogger("skulk.janitor")
 
@@ -15,26 +18,58 @@ FIRST_RUN_S = 60.0
 INTERVAL_S = 3600.0
 
 
+def newest_mtime(folder: Path) -> float:
+    """The mtime of the newest file in a task directory (a writer's `.tmp` leftover too: it
+    ages out with its task); the directory's own when it holds none."""
+    times = []
+    for entry in folder.iterdir():
+        try:
+            if entry.is_file():
+                times.append(entry.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else folder.stat().st_mtime
+
+
+def task_dirs(root: Path) -> list[tuple[str, float]]:
+    """(task id, newest mtime) of every task directory under `root`; anything else is left alone."""
+    out = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if valid_task_id(entry.name) and entry.is_dir() and not entry.is_symlink():
+                out.append((entry.name, newest_mtime(entry)))
+        except OSError:
+            continue  # deleted meanwhile (an operator's POST /v1/traces/delete)
+    return out
+
+
+def sweep(root: Path, now_wall: float, retention_days: float) -> list[str]:
+    """Delete the expired task directories under `root`; the names deleted."""
+    deleted = []
+    for name in expired_tasks(task_dirs(root), now_wall, retention_days):
+        try:
+            shutil.rmtree(root / name)
+            deleted.append(name)
+        except OSError as exc:
+            log.warning("janitor: cannot delete trace %s: %s", name, exc)
+    return deleted
+
+
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="skulk.services.janitor")
     p.add_argument("--trace-retention-days", type=float, default=3.0)
     ns = p.parse_args(argv)
-    traces = loop.rt.args.home / "traces"
+    root = traces_root(loop.rt.args.home)
 
-    def sweep() -> None:
-        try:
-            files = [(f.name, f.stat().st_mtime) for f in traces.iterdir() if f.is_file()]
-        except OSError:
-            return
-        doomed = expired_traces(files, time.time(), ns.trace_retention_days)
-        for name in doomed:
-            try:
-                (traces / name).unlink()
-            except OSError as exc:
-                log.warning("janitor: cannot delete %s: %s", name, exc)
-        if doomed:
-            log.info("janitor: deleted %d expired trace(s)", len(doomed))
-        loop.status_detail = f"last sweep deleted {len(doomed)}"
+    def run() -> None:
+        deleted = sweep(root, time.time(), ns.trace_retention_days)
+        if deleted:
+            log.info("janitor: deleted %d expired trace(s)", len(deleted))
+        loop.status_detail = f"last sweep deleted {len(deleted)}"
 
-    loop.every(INTERVAL_S, sweep, first_in=FIRST_RUN_S)
+    loop.every(INTERVAL_S, run, first_in=FIRST_RUN_S)
     loop.status_detail = f"retention {ns.trace_retention_days} days"

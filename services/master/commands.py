@@ -12,6 +12,7 @@ from skulk.services.master.config_sync import set_config
 from skulk.services.master.routing import RouteError, route
 from skulk.wire.config_sync import SetConfig
 from skulk.wire.staging import PurgeStaging, StagingPurged
+from skulk.wire.tracing import SetTracing, TracingSet
 from skulk.wire.commands import (INSTANCE_LOST, NOT_EMBEDDING, NOT_GENERATIVE, RUNNER_LOST, CommandAccepted,
                                  CommandRejected, DeleteInstance, PlaceInstance, Reply, Routed,
                                  SnapshotRequest, RejectReason, StateSnapshot, TaskCancelled,
@@ -127,6 +128,9 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str],
         return Outcome(*set_config(state, cmd, time.time()))
     if isinstance(cmd, SnapshotRequest):
         return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
+    if isinstance(cmd, SetTracing):  # new tasks carry the flag from the next one on
+        events = [] if cmd.enabled == state.tracing_enabled else [TracingSet(enabled=cmd.enabled)]
+        return Outcome(CommandAccepted(command_id=cmd.command_id), events)
     if isinstance(cmd, PurgeStaging):  # every node's worker purges when it applies the event
         return Outcome(CommandAccepted(command_id=cmd.command_id),
                        [StagingPurged(command_id=cmd.command_id, model_id=cmd.model_id)])
@@ -154,10 +158,10 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str],
                                            message=found.message, reason=found.reason))
         task = Task(task_id=new_id(), command_id=cmd.command_id,
                     instance_id=found.instance.instance_id, status="Running",
-                    owner_node=cmd.owner_node, params=cmd.params)
+                    owner_node=cmd.owner_node, params=cmd.params, trace=state.tracing_enabled)
         return Outcome(Routed(command_id=cmd.command_id, task_id=task.task_id,
                               instance_id=task.instance_id, runner_id=found.runner_id,
-                              endpoint=found.endpoint), [TaskCreated(task=task)])
+                              endpoint=found.endpoint, trace=task.trace), [TaskCreated(task=task)])
     if isinstance(cmd, (TaskCancelled, TaskFinished)):
         target = cmd.cancelled_command_id if isinstance(cmd, TaskCancelled) else cmd.finished_command_id
         task = _task_of_command(state, target)

@@ -1,7 +1,10 @@
 """Leader election (pure, `now` passed in).
 
-- Boot: a node is at once the leader of its own one-node session (upstream's instant initial
-  campaign), so a lone node serves immediately.
+- Boot: a lone node leads its own one-node session as soon as its gossip shows it alone
+  (upstream's instant initial campaign), so it serves at once. With peers (a master restarted
+  inside a running cluster, a node joining one) it campaigns instead: it never opens an empty
+  session that its own node's API and worker would follow (they would drop every instance and
+  its runners). The first membership is awaited for at most `BOOT_WAIT_S`.
 - Meeting: leaders announce `(seniority, clock, commands, node id)` every 0.5 s; a leader that
   hears a higher key steps down and follows (commands: state-changing commands it executed, so
   a lone node that was placed on is not deposed by a fresh one, whose state would win). A
@@ -27,6 +30,10 @@ from skulk.wire.cluster import Campaign, LeaderAnnounce
 
 DEFAULT_ELECTION_TIMEOUT = 3.0
 ANNOUNCE_LIVENESS_S = 3.0
+BOOT_WAIT_S = 10.0
+"""How long a booting master waits for its node's first membership before leading alone. Gossip
+publishes it once it has listened for a peer timeout (1.5 s), then every 0.25 s, so this only
+caps the wait for a gossip role that is itself (re)starting, perhaps slowly on a loaded machine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,7 @@ class Election:
     members: frozenset[str] = frozenset()
     followers: set[str] = field(default_factory=set)
     last_call: float | None = None  # `now` of the last tick, membership or announce: a gap is a freeze
+    booting_until: float | None = None  # `boot(wait_s=...)`: until the first membership says who is there
 
     @property
     def is_leader(self) -> bool:
@@ -76,11 +84,23 @@ class Election:
     def key(self) -> tuple[int, int, int, str]:
         return (self.seniority, self.clock, self.commands, self.node_id)
 
-    def boot(self, now: float) -> list[Action]:
+    def boot(self, now: float, wait_s: float = 0.0) -> list[Action]:
+        """Lead alone at once, or (`wait_s`) once the first membership shows this node alone or
+        `wait_s` passes in silence; a membership with peers makes it campaign instead."""
         self.clock = 1
+        if wait_s > 0:
+            self.booting_until = now + wait_s
+            return []
+        return self._win(now, 1)
+
+    def _booted(self, now: float, last_idx: int) -> list[Action]:
+        self.booting_until = None
+        if self.members - {self.node_id}:
+            return self.start(now, last_idx)
         return self._win(now, 1)
 
     def _win(self, now: float, size: int) -> list[Action]:
+        self.booting_until = None
         self.seniority = max(self.seniority, size)
         self.followers = set()
         self.leader = self.node_id
@@ -94,6 +114,7 @@ class Election:
                               seniority=self.seniority, head=head, commands=self.commands)
 
     def start(self, now: float, last_idx: int) -> list[Action]:
+        self.booting_until = None
         self.clock += 1
         self.leader, self.session = None, ""
         self.campaign_until = now + self.timeout_s
@@ -105,6 +126,8 @@ class Election:
         thawed = self._thawed(now, last_idx)
         joined = members - self.members
         self.members = members
+        if self.booting_until is not None:
+            return self._booted(now, last_idx)
         if thawed or self.is_leader:
             return thawed
         if self.leader is not None and self.leader not in members:
@@ -150,6 +173,7 @@ class Election:
         if not self.is_leader and self.leader is not None and self.session \
                 and now - self.leader_seen < ANNOUNCE_LIVENESS_S and theirs < self.leader_key:
             return []  # we follow a live leader that outranks this one
+        self.booting_until = None
         self.clock = max(self.clock, msg.clock)
         self.leader, self.session, self.leader_seen, self.leader_key = msg.node_id, msg.session, now, theirs
         self.campaign_until, self.candidates = None, {}
@@ -167,6 +191,8 @@ class Election:
         return []
 
     def tick(self, now: float, last_idx: int) -> list[Action]:
+        if self.booting_until is not None:
+            return self._booted(now, last_idx) if now >= self.booting_until else []
         if thawed := self._thawed(now, last_idx):
             return thawed
         if self.campaign_until is not None and now >= self.campaign_until:

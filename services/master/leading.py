@@ -10,10 +10,12 @@ import uuid
 from skulk.services.master.commands import handle
 from skulk.services.master.recovery import next_recreation
 from skulk.wire.cluster import EventBatch
+from skulk.wire.commands import Routed
 from skulk.wire.message import Message
 from skulk.wire.reducer import apply
 from skulk.wire.state import IndexedEvent
 from skulk.wire.topics import EVT_STATE
+from skulk.wire.trace_files import TracePart, now_us, write_part
 
 log = logging.getLogger("skulk.master")
 
@@ -38,12 +40,26 @@ class Leading:
         command_id = getattr(cmd, "command_id", "")
         reply = self.desk.cached(command_id)
         if reply is None:
+            start_us = now_us()
             outcome = handle(self.state, cmd, lambda: uuid.uuid4().hex, self.loads.loads)
             self.emit(outcome.events)
             self.election.commands += bool(outcome.events)
             reply = outcome.reply
             self.desk.remember(command_id, reply)
+            if isinstance(reply, Routed) and reply.trace:
+                self.trace_route(reply, start_us)
         return reply
+
+    def trace_route(self, routed: Routed, start_us: int) -> None:
+        """The router's span of a traced task (the leader's decision and its event), kept on
+        this node under the task id."""
+        task = self.state.tasks.get(routed.task_id)
+        part = TracePart(task_id=routed.task_id, part="router", node_id=self.node_id, friendly_name="",
+                         model_id=task.params.model if task else "")
+        part.add("route", "router", start_us, now_us(), attrs={"instanceId": routed.instance_id,
+                                                               "runnerId": routed.runner_id,
+                                                               "load": self.loads.get(routed.runner_id)})
+        write_part(self.loop.rt.args.home, part)
 
     def flush_pending(self) -> None:
         for command_id in list(self.desk.held):

@@ -25,11 +25,14 @@ class SessionLog:
         return [e for e in self.events if e.idx > idx]
 
 
-def seed(previous: State, session: str, node_id: str) -> State:
+def seed(previous: State, session: str, node_id: str, tracing_default: bool = False) -> State:
     """A new leader's first state: what the old session knew about instances, runners and
-    nodes carries over (instances survive a master loss); tasks belong to the old session."""
+    nodes carries over (instances survive a master loss); tasks belong to the old session.
+    A cluster's very first session (no session before it) starts tracing as configured
+    (`tracing.enabled`); later ones keep the replicated switch."""
+    tracing = tracing_default if not previous.session else previous.tracing_enabled
     return replace(previous, session=session, master_node_id=node_id, last_event_applied_idx=-1,
-                   tasks={})
+                   tasks={}, tracing_enabled=tracing)
 
 
 def carried_over(saved: State, node_id: str, age_s: float, max_age_s: float = 120.0) -> State | None:

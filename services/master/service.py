@@ -19,7 +19,7 @@ import zmq
 
 from skulk.services.base import ServiceLoop
 from skulk.services.master.desk import CommandDesk
-from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
+from skulk.services.master.election import BOOT_WAIT_S, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.failures import RecoveryPolicy
 from skulk.services.master.following import Following
 from skulk.services.master.leading import Leading
@@ -35,10 +35,11 @@ from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedR
                                 LocalEvent, Membership, ReplayRequest, RunnerLoad, SnapshotPush)
 from skulk.wire.commands import (CommandAccepted, CommandRejected, RejectReason, RestartNode,
                                  SnapshotRequest, StateSnapshot)
-from skulk.wire.errors import WireError
+from skulk.wire.errors import UnexpectedMessage, WireError
 from skulk.wire.message import Message
 from skulk.wire.catalog import NodeCatalogUpdated
 from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated
+from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send_routed
 from skulk.wire.state import NodeRestarting, RunnerStatus, RunnerStatusUpdated, State, StateHead
 from skulk.wire.topics import EVT_STATE
@@ -47,8 +48,11 @@ log = logging.getLogger("skulk.master")
 ANNOUNCE_INTERVAL_S = 0.5
 
 
+REFUSALS = Refusals("master: cluster port", log)
+
+
 def _rejected(exc: WireError) -> None:
-    log.warning("master: rejected a bad frame on the cluster port: %s", exc)
+    REFUSALS.refuse(peer_of(exc.envelope) if isinstance(exc, RoutedDecodeError) else "", exc, time.monotonic())
 
 
 class Master(Leading, Following, LocalFacts):
@@ -91,7 +95,7 @@ class Master(Leading, Following, LocalFacts):
                 self.to_peers(action.msg)
             elif isinstance(action, BecomeLeader):
                 log.info("elected leader: session %s (%d member(s))", action.session, len(self.roster.members))
-                self.state = seed(self.state, action.session, self.node_id)
+                self.state = seed(self.state, action.session, self.node_id, bool(self.ns.tracing_enabled))
                 self.log = SessionLog(action.session)
                 self.publish_head()
                 self.to_peers(self.election.announce(-1))
@@ -116,6 +120,8 @@ class Master(Leading, Following, LocalFacts):
         self.peers.broadcast(msg)
 
     def publish_head(self) -> None:
+        if not self.state.session:  # booting or campaigning with nothing yet: the replicas keep theirs
+            return
         self.loop.publish(EVT_STATE, StateHead(idx=self.state.last_event_applied_idx,
                                                session=self.state.session), suffix="head")
 
@@ -124,7 +130,7 @@ class Master(Leading, Following, LocalFacts):
             self.restart_node(envelope, cmd)
             return
         if isinstance(cmd, SnapshotRequest):
-            if envelope is not None:
+            if envelope is not None and self.state.session:  # no session yet: the replica asks again
                 send_routed(self.local, envelope, StateSnapshot(command_id=cmd.command_id, state=self.state))
             return
         if self.election.is_leader:
@@ -186,7 +192,7 @@ class Master(Leading, Following, LocalFacts):
                     message="not the leader (election in progress); please retry"))
                 send_routed(sock, envelope, ForwardedReply(reply=reply))  # type: ignore[arg-type]
             else:
-                log.warning("master: ignored %s on the cluster port", msg.TYPE)
+                REFUSALS.refuse(peer_of(envelope), UnexpectedMessage(f"ignored {msg.TYPE}"), now)
 
     def on_peer(self, sock: zmq.Socket[Any]) -> None:
         for msg in drain(sock, limit=200):
@@ -269,6 +275,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--election-timeout", type=float, default=3.0)
     p.add_argument("--recreate-backoff", type=float, default=0.5)
     p.add_argument("--place", action="append", default=[])
+    p.add_argument("--tracing-enabled", type=int, choices=(0, 1), default=0)  # a new cluster's first switch
     p.add_argument("--config-file", default="")  # the node's skulk.yaml (kept equal to the cluster's)
     ns = p.parse_args(argv)
     ns.advertise = "127.0.0.1" if ns.listen in ("0.0.0.0", "::", "") else ns.listen
@@ -279,7 +286,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     loop.add_reader(master.cluster, master.on_cluster)
     loop.add_reader(master.sub, master.on_bus)
     loop.add_reader(master.restarter.sup, master.restarter.drain)
-    master.act(master.election.boot(time.monotonic()))
+    master.act(master.election.boot(time.monotonic(), wait_s=BOOT_WAIT_S))
     master.back_from_restart()  # a lone node's saved state carries the mark of its restart
     loop.every(0.1, master.tick)
     loop.every(1.0, master.every_second)

@@ -14,13 +14,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from skulk.services.runner import scheduler
-from skulk.services.runner.engine import Engine
+from skulk.services.runner import admission, scheduler
+from skulk.services.runner.engine import Engine, StepOutput
 from skulk.services.runner.scheduler import Admission, Limits
 from skulk.services.runner.sessions import Session
+from skulk.services.runner.tracing import RankTraces
 from skulk.supervisor import logctx
 from skulk.wire.inference import Done, FailReason, Failed, Generate, Progress, RankInsert, RankStep, Started
 from skulk.wire.message import Message
+from skulk.wire.trace_files import now_us
 
 log = logging.getLogger("skulk.runner")
 
@@ -36,8 +38,13 @@ class Plan:
 
 class Batcher:
     def __init__(self, engine: Engine, limits: Limits,
-                 draw_seed: Callable[[], int] = lambda: random.randrange(2 ** 31)) -> None:
+                 draw_seed: Callable[[], int] = lambda: random.randrange(2 ** 31),
+                 traces: RankTraces | None = None) -> None:
         self.engine, self.limits, self.draw_seed = engine, limits, draw_seed
+        self.traces = traces
+        self.last_prefilling = 0  # prompts still prefilling after the last step
+        self.last_tokens = 0  # tokens the last step generated
+        self.tokens_total = 0  # tokens generated since start (the runner's tok/s comes from it)
         self.waiting: deque[Session] = deque()
         self.running: dict[int, Session] = {}  # by engine uid
         self.by_request: dict[str, Session] = {}
@@ -55,6 +62,9 @@ class Batcher:
 
     # ---- requests --------------------------------------------------------------------------
     def on_generate(self, envelope: list[bytes], msg: Generate, now: float) -> list[Out]:
+        if why := admission.ids_error(msg):  # refused before any log line carries the ids
+            return [(envelope, Failed(request_id=msg.request_id[:admission.MAX_ID_CHARS], error=why,
+                                      retryable=False, reason=FailReason.BAD_REQUEST))]
         with logctx.bind(command_id=msg.request_id, task_id=msg.task_id):
             outs = self._admit(envelope, msg, now)
             for _, answer in outs:
@@ -80,6 +90,8 @@ class Batcher:
             return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
                           scheduler.context_message(size // max(1, self.engine.max_token_bytes),
                                                     params.max_tokens, limit, at_least=True))
+        if why := admission.request_error(params):  # before it could fail its co-joiners' insert
+            return refuse(FailReason.BAD_REQUEST, why)
         where = scheduler.admit(self.pending, self.limits)
         if where is Admission.BUSY:
             return refuse(FailReason.BUSY, f"runner busy: {self.limits.max_batch} requests in its batch "
@@ -97,7 +109,9 @@ class Batcher:
                           scheduler.context_message(len(prompt), params.max_tokens, limit))
         seed = params.seed if params.seed is not None else self.draw_seed()
         session = Session(msg.request_id, envelope, params, prompt, seed, admitted_at=now,
-                          fmt=self.engine.output_format(), task_id=msg.task_id)
+                          fmt=self.engine.output_format(), task_id=msg.task_id, trace=msg.trace)
+        if msg.trace and self.traces is not None:
+            self.traces.admitted(msg.request_id, msg.task_id)
         self.waiting.append(session)
         self.by_request[msg.request_id] = session
         queued = max(0, self.pending - self.limits.max_batch) if where is Admission.QUEUE else 0
@@ -135,7 +149,8 @@ class Batcher:
                                    temperature=0.0 if s.params.temperature is None else s.params.temperature,
                                    top_p=1.0 if s.params.top_p is None else s.params.top_p,
                                    top_k=s.params.top_k or 0, min_p=s.params.min_p or 0.0,
-                                   seed=s.seed, cached=0, grammar=s.params.grammar)
+                                   seed=s.seed, cached=0, grammar=s.params.grammar,
+                                   trace_task=s.task_id if s.trace else "")
                         for i, s in enumerate(joiners))
         self.seq += 1
         step = RankStep(seq=self.seq, cache_entries=self.engine.cache_entries(),
@@ -161,6 +176,8 @@ class Batcher:
         for session, ins, hit in zip(plan.joiners, plan.step.inserts, cached):
             session.on_inserted(ins.uid, hit, self.engine.detokenizer(), now)
             self.running[ins.uid] = session
+            if session.trace and self.traces is not None:
+                self.traces.joined(session.request_id, ins.uid, hit)
         return replace(plan.step, inserts=tuple(replace(i, cached=c) for i, c in zip(plan.step.inserts, cached)))
 
     def run_step(self, now_fn: Callable[[], float]) -> list[Out]:
@@ -168,12 +185,20 @@ class Batcher:
         whole batch (it cannot be pinned on one row); an error in one session's text or
         logprobs fails that session only."""
         outs, self.failed_joiners = self.failed_joiners, []
+        traces = self.traces or None  # falsy while no traced request is here: no clock reads
+        start_us = now_us() if traces else 0
         try:
             out = self.engine.step()
         except Exception as exc:  # noqa: BLE001
             log.exception("batch step failed; failing its %d requests", len(self.running))
             return outs + self._fail_all(f"{type(exc).__name__}: {exc}")
         now = now_fn()
+        self.last_prefilling = sum(p.done < p.total for p in out.prompts)
+        self.last_tokens = len(out.tokens)
+        self.tokens_total += len(out.tokens)
+        if traces:
+            traces.step(self.seq, start_us, now_us(), {p.uid for p in out.prompts}, {t.uid for t in out.tokens},
+                        len(self.running))
         for p in out.prompts:
             if (s := self.running.get(p.uid)) is not None and p.done < p.total:
                 outs.append((s.envelope, Progress(request_id=s.request_id, phase="prefill",
@@ -183,8 +208,11 @@ class Batcher:
             if session is None:
                 continue  # removed meanwhile (cancelled, stop string): its last token is moot
             with logctx.bind(command_id=session.request_id, task_id=session.task_id):
+                text_us = now_us() if traces and session.trace else 0
                 try:
                     messages = session.on_token(tok, self.engine, now)
+                    if text_us:
+                        traces.text(tok.uid, text_us, now_us())  # type: ignore[union-attr]
                 except Exception as exc:  # noqa: BLE001
                     log.exception("request %s failed", session.request_id)
                     session.done = True
@@ -220,7 +248,7 @@ class Batcher:
                 log.info("client of %s is gone; removed from the batch", request_id)
 
 
-def follow(engine: Engine, step: RankStep, expected_seq: int) -> None:
+def follow(engine: Engine, step: RankStep, expected_seq: int) -> StepOutput:
     """A follower rank applies rank 0's step exactly as rank 0 did; any disagreement is fatal
     (the runner exits, its instance is deleted and every request of it ends with an error)."""
     if step.seq != expected_seq:
@@ -230,7 +258,7 @@ def follow(engine: Engine, step: RankStep, expected_seq: int) -> None:
     cached = engine.insert(step.inserts)
     if cached != [i.cached for i in step.inserts]:
         raise OutOfStep(f"prefix-cache hits {cached} differ from rank 0's {[i.cached for i in step.inserts]}")
-    engine.step()
+    return engine.step()
 
 
 class OutOfStep(RuntimeError):

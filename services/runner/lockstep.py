@@ -10,19 +10,25 @@ then lost and re-created, its requests end with an error).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import zmq
 
-from skulk.wire import codec
-from skulk.wire.errors import WireError
+from skulk.wire import codec, curve
+from skulk.wire.errors import UnexpectedMessage, WireError
+from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.inference import RankHello, RankStep
 from skulk.wire.sockets import make_socket, recv_routed, send
 
 
 MAX_STEP_BYTES = 1 << 30
 """A step carries every joiner's prompt ids (about 4 bytes a token): 16 prompts of 1M tokens fit."""
+MAX_HELLO_BYTES = 64 * 1024
+"""What rank 0's control ROUTER takes in: followers send only a `RankHello` (steps go out)."""
+HELLO_HWM = 1000
+REFUSALS = Refusals("runner: rank control port", logging.getLogger("skulk.runner"))
 
 
 class FollowerUnreachable(RuntimeError):
@@ -31,7 +37,8 @@ class FollowerUnreachable(RuntimeError):
 
 class Leader:
     def __init__(self, ctx: zmq.Context[Any], listen: str, port: str, followers: int) -> None:
-        self.sock = make_socket(ctx, zmq.ROUTER, hwm=0, max_msg_bytes=MAX_STEP_BYTES, bind=f"tcp://{listen}:{port}")
+        self.sock = make_socket(ctx, zmq.ROUTER, hwm=0, max_msg_bytes=MAX_HELLO_BYTES, bind=f"tcp://{listen}:{port}")
+        self.sock.setsockopt(zmq.RCVHWM, HELLO_HWM)  # steps out never drop (hwm 0); little comes in
         self.expected = followers
         self.peers: list[bytes] = []
 
@@ -50,6 +57,17 @@ class Leader:
             if isinstance(msg, RankHello) and envelope[0] not in self.peers:
                 self.peers.append(envelope[0])
 
+    def discard(self) -> None:
+        """After the hellos nothing may arrive (the service reads this socket from then on): a
+        stranger's frames are read and refused, logged once per peer, never left to pile up."""
+        for _ in range(HELLO_HWM):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            REFUSALS.refuse(peer_of(frames[:1]), UnexpectedMessage("a frame after the ranks said hello"),
+                            time.monotonic())
+
     def broadcast(self, step: RankStep) -> None:
         frame = codec.encode(step)
         for peer in self.peers:
@@ -63,7 +81,7 @@ class Follower:
     def __init__(self, ctx: zmq.Context[Any], control: str, rank: int) -> None:
         self.sock = make_socket(ctx, zmq.DEALER, hwm=0, max_msg_bytes=MAX_STEP_BYTES)
         self.sock.setsockopt(zmq.ROUTING_ID, f"rank{rank}".encode())
-        self.sock.connect(f"tcp://{control}")
+        curve.connect(self.sock, f"tcp://{control}")  # secured with the cluster key, if any
         send(self.sock, RankHello(rank=rank))
         self.expected_seq = 1
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,16 +30,24 @@ from skulk.services.runner.batch_engine import MlxBatchEngine
 from skulk.services.runner.batcher import Batcher, Out, follow
 from skulk.services.runner.deadline import WEDGED_EXIT, Deadline
 from skulk.services.runner.engine import Engine
+from skulk.services.runner.flight import Ident
+from skulk.services.runner.observe import Observer
+from skulk.services.runner.tracing import RankTraces
 from skulk.services.runner.ring import Ring
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
-from skulk.wire.inference import Cancel, Embed, Failed, FailReason, Generate
-from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send_routed
+from skulk.wire.inference import Cancel, Done, Embed, Failed, FailReason, Generate, Started
+from skulk.wire import endpoints
+from skulk.wire.flight import FlightEntry
+from skulk.wire.refusals import Refusals, peer_of
+from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, publish, recv_routed, send_routed
 from skulk.wire.state import RunnerStatus
-from skulk.wire.topics import EVT_RUNNER
+from skulk.wire.topics import EVT_FLIGHT, EVT_RUNNER
+from skulk.wire.trace_files import now_us
 
 log = logging.getLogger("skulk.runner")
+REFUSALS = Refusals("runner: requests", log)
 
 REPORT_INTERVAL_S = 2.0
 LOAD_REPORT_MIN_S = 0.05
@@ -65,7 +74,18 @@ class Runner:
         self.engine: Engine = engine or MlxBatchEngine(
             Path(ns.model_dir), self.ring, max_batch=ns.max_batch, prefill_chunk=ns.prefill_chunk,
             prefix_cache_bytes=ns.prefix_cache_mb << 20)
-        self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max))
+        traces = RankTraces(loop.rt.args.home, ns.node_id, "", ns.model_id, ns.rank)
+        self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max), traces=traces)
+        sharded = self.ring is not None
+        # The stall watch publishes from its own thread, so on its own socket.
+        stall_sock = make_socket(loop.ctx, zmq.PUB, hwm=100, connect=endpoints.bus_in(loop.rt.args.run_dir)) \
+            if sharded else None
+        self.observer = Observer(
+            Ident(ns.runner_id, ns.instance_id, ns.model_id, ns.node_id, ns.rank, max(1, len(hosts))), traces,
+            self.publish_entry,
+            (lambda e: publish(stall_sock, EVT_FLIGHT, e, ns.runner_id)) if stall_sock is not None else None,
+            sharded)
+        self.stall_sock = stall_sock
         self.leader: lockstep.Leader | None = None
         self.follower: lockstep.Follower | None = None
         if self.ring is not None and ns.rank == 0:
@@ -80,13 +100,25 @@ class Runner:
         self.load_reported_at = 0.0
 
     # ---- status ---------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        self.observer.shutdown()
+        if self.stall_sock is not None:  # its thread has ended
+            self.stall_sock.close(0)
+
+    def publish_entry(self, entry: FlightEntry) -> None:
+        self.loop.publish(EVT_FLIGHT, entry, suffix=self.ns.runner_id)
+
     def report(self, **change: Any) -> None:
         if change:
             self.status = replace(self.status, **change)
         active, waiting = self.load()
         self.reported_load, self.load_reported_at = (active, waiting), time.monotonic()
+        total = self.batcher.tokens_total
         self.loop.publish(EVT_RUNNER, RunnerReport(runner_id=self.ns.runner_id, instance_id=self.ns.instance_id,
-                                                   status=self.status, active=active, waiting=waiting),
+                                                   status=self.status, active=active, waiting=waiting,
+                                                   phase=self.observer.recorder.phase,
+                                                   tok_s=round(self.observer.rate(total), 2), pid=os.getpid(),
+                                                   tokens_total=total),
                           suffix=self.ns.runner_id)
         self.loop.status_detail = f"{self.status.kind} {self.ns.model_id} batch {active} waiting {waiting}"
 
@@ -115,6 +147,9 @@ class Runner:
         self.report(kind="RunnerLoading", total_layers=self.ns.end_layer - self.ns.start_layer)
         faults.inject("runner", "load")
         t0 = time.monotonic()
+        if self.ring is not None:
+            self.observer.enter("connect_group", f"{self.ring.sharding} over {len(self.ring.hosts)} hosts")
+        self.observer.enter("load_model", self.ns.model_id)
         self.engine.load()
         log.info("loaded %s in %.2fs; engine path: %s; BLAS: %s; batch %d, queue %d", self.ns.model_id,
                  time.monotonic() - t0, self.engine.path,
@@ -122,17 +157,20 @@ class Runner:
                  self.ns.max_batch, self.ns.queue_max)
         self.report(kind="RunnerLoaded", layers_loaded=self.status.total_layers)
         self.report(kind="RunnerWarmingUp")
+        self.observer.enter("warmup")
         faults.inject("runner", "warmup")
         self.engine.warmup()
         if self.leader is not None:
             self.leader.wait_hellos(self.ns.group_connect_deadline)
+        self.observer.enter("idle", "ready")
         self.report(kind="RunnerReady", endpoint=self.endpoint)
         log.info("runner %s ready on %s", self.ns.runner_id, self.endpoint)
 
     # ---- rank 0: requests and steps ---------------------------------------------------------
     def on_request(self, sock: zmq.Socket[Any]) -> None:
         def refuse(exc: WireError) -> None:
-            log.warning("runner: bad request frame: %s", exc)
+            REFUSALS.refuse(peer_of(exc.envelope) if isinstance(exc, RoutedDecodeError) else "", exc,
+                            time.monotonic())
             if isinstance(exc, RoutedDecodeError):
                 send_routed(sock, exc.envelope, Failed(request_id="", error=f"bad request: {exc}",
                                                        retryable=False, reason=FailReason.BAD_REQUEST))
@@ -144,16 +182,24 @@ class Runner:
             elif isinstance(msg, Embed):
                 self.send(embed_engine.refuse_embed(envelope, msg, self.ns.model_id))
             elif isinstance(msg, Generate):
-                self.send(self.batcher.on_generate(envelope, msg, now))
+                self.send(self.batcher.on_generate(envelope, msg, now), msg.task_id)
             elif isinstance(msg, Cancel) and (ended := self.batcher.cancel(msg.request_id)):
                 log.info("request %s cancelled", msg.request_id)
+                self.observer.cancel_requested(msg.request_id)
                 self.send(ended)
         self.report_load_change()
 
-    def send(self, outs: list[Out]) -> None:
+    def send(self, outs: list[Out], task_id: str = "") -> None:
         for envelope, msg in outs:
-            if not send_routed(self.router, envelope, msg):
-                (self.embedder or self.batcher).client_gone(getattr(msg, "request_id", ""))
+            request_id = getattr(msg, "request_id", "")
+            if isinstance(msg, (Started, Done, Failed)):
+                self.observer.answered(msg, task_id)
+            start_us = now_us() if self.batcher.traces else 0
+            delivered = send_routed(self.router, envelope, msg)
+            if start_us:
+                self.observer.sent(request_id, msg, start_us, delivered)
+            if not delivered:
+                (self.embedder or self.batcher).client_gone(request_id)
 
     def step(self) -> bool:
         if self.embedder is not None:  # one group of inputs per step
@@ -171,7 +217,12 @@ class Runner:
         step = self.batcher.admit_plan(plan, time.monotonic())
         if self.leader is not None:
             self.leader.broadcast(step)
-        self.send(self.batcher.run_step(time.monotonic))
+        self.observer.step_begins(step.seq, bool(step.inserts) or bool(self.batcher.last_prefilling))
+        outs = self.batcher.run_step(time.monotonic)
+        oldest = next(iter(self.batcher.running.values()), None)
+        self.observer.step_ended(self.batcher.last_prefilling, self.batcher.last_tokens, len(self.batcher.running),
+                                 oldest.task_id if oldest else "", oldest.request_id if oldest else "")
+        self.send(outs)
         self.report_load_change()
         return True
 
@@ -181,9 +232,20 @@ class Runner:
     # ---- ranks > 0 -------------------------------------------------------------------------
     def on_steps(self, _sock: zmq.Socket[Any]) -> None:
         assert self.follower is not None
+        traces = self.batcher.traces
         for step in self.follower.steps():
-            follow(self.engine, step, self.follower.expected_seq)
+            self.observer.follower_step(step)
+            self.observer.step_begins(step.seq, bool(step.inserts))
+            start_us = now_us() if traces else 0
+            out = follow(self.engine, step, self.follower.expected_seq)
             self.follower.expected_seq += 1
+            self.batcher.tokens_total += len(out.tokens)
+            prefilling = sum(p.done < p.total for p in out.prompts)
+            self.observer.step_ended(prefilling, len(out.tokens), self.engine.active())
+            if traces:
+                traces.step(step.seq, start_us, now_us(), {p.uid for p in out.prompts},
+                            {t.uid for t in out.tokens}, self.engine.active())
+                traces.ended_uids(set(step.removes) | {t.uid for t in out.tokens if t.finish is not None})
             self.loop.rt.beat()
 
 
@@ -225,6 +287,12 @@ def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
         loop.add_reader(runner.follower.sock, runner.on_steps)
     else:
         loop.add_reader(runner.router, runner.on_request)
+        if runner.leader is not None:  # nothing may arrive on the rank control port after boot
+            loop.add_reader(runner.leader.sock, lambda _s: runner.leader.discard())  # type: ignore[union-attr]
         loop.set_work(runner.step)
         loop.every(PROGRESS_INTERVAL_S, runner.keep_queue_alive)
     loop.every(REPORT_INTERVAL_S, runner.report)
+    # A change held back by LOAD_REPORT_MIN_S goes out at the next tick, not with the 2 s report
+    # (a batch that just emptied has no next step to send it).
+    loop.every(LOAD_REPORT_MIN_S, runner.report_load_change)
+    loop.on_stop(runner.shutdown)

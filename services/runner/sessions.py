@@ -31,6 +31,7 @@ class Session:
     admitted_at: float
     uid: int = -1  # the engine's uid once inserted into the batch
     task_id: str = ""  # the master's task (log lines carry it with the request id)
+    trace: bool = False  # the leader stamped the task as traced: its spans are recorded
     inserted_at: float = 0.0
     prefilled_at: float = 0.0
     first_token_at: float = 0.0

@@ -22,6 +22,7 @@ from skulk.services.store.files import disk_usage, list_files, model_card, model
 from skulk.services.store.protocol import (BadRequest, NotFound, RangeNotSatisfiable, Route, RouteKind,
                                            parse_range, parse_route)
 from skulk.services.store.registry import Registry
+from skulk.wire import curve
 
 log = logging.getLogger("skulk.store")
 
@@ -158,6 +159,10 @@ class StoreHandler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         try:
             self._drain_body()
+            if not curve.store_authorized(self.headers.get("Authorization")):
+                curve.refusals.note("a store request without the cluster's token", self.client_address[0])
+                self._json(401, {"error": "this store serves only its cluster's nodes (cluster key)"})
+                return
             route = parse_route(self.command, self.path)
             kind = route.kind
             if kind is RouteKind.HEALTH:

@@ -9,7 +9,8 @@ deletes (and, with back-off, re-creates) the instance with the reason: nothing w
 
 Staged copies are evicted by one policy (`eviction.py`) on the runbook's three triggers: a
 model no longer used here (an instance's deactivation), start-up (copies orphaned by a crash),
-and the operator's purge (a replicated event every worker acts on once).
+and the operator's purge (a replicated event every worker acts on once). The runners' reports
+on the bus become their Prometheus metrics here (`runner_gauges.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import zmq
 
@@ -26,13 +28,14 @@ from skulk.wire.replica import TOPICS, ReplicaCore, drain_bus, snapshot_request,
 from skulk.services.base import ServiceLoop
 from skulk.services.worker import eviction
 from skulk.supervisor.model_store import add_store_arguments, is_store_host, store_from_args
+from skulk.services.worker.runner_gauges import RunnerGauges
 from skulk.services.worker.runner_keeper import RunnerKeeper
 from skulk.services.worker.decide import eviction_due, plan_staging
 from skulk.services.worker.staging import Stager
 from skulk.wire import endpoints
 from skulk.wire.events import RunnerReport
 from skulk.wire.models import dir_name
-from skulk.wire.sockets import make_socket, send
+from skulk.wire.sockets import drain, make_socket, recv_published, send
 from skulk.wire.staging import DownloadKind, DownloadReport
 from skulk.wire.staged import LAST_USED, in_use_here, is_staged, model_id_of, staged_copies, store_url
 from skulk.wire.state import RunnerStatus, State
@@ -63,6 +66,7 @@ class Worker:
         self.seen_idx = -1
         self.in_use: set[str] | None = None  # models this node's runners use (None: not known yet)
         self.purged = self._read_purged()  # the last purge acted on, kept across restarts
+        self.gauges = RunnerGauges()  # this node's runners as Prometheus metrics
 
     def synced(self) -> State | None:
         """The state once the local master has a leader's session (its empty boot state would
@@ -104,6 +108,12 @@ class Worker:
             self.evict(mine, purge=True, only=state.purge.model_id)
             self._write_purged(state.purge.command_id)
 
+    def on_reports(self, sub: zmq.Socket[Any]) -> None:
+        """This node's runners' reports on the bus: their metrics (`runner_gauges.py`)."""
+        for _topic, report in drain(sub, recv_published):
+            if isinstance(report, RunnerReport):
+                self.gauges.on_report(report, self.replica.state)
+
     def fail_runner(self, runner_id: str, instance_id: str, why: str) -> None:
         """A runner that cannot start, said as its failure: the leader's recovery deletes its
         instance with the reason (and re-creates it with back-off, up to its limit)."""
@@ -124,6 +134,7 @@ class Worker:
         if state.last_event_applied_idx != self.seen_idx:
             self.seen_idx = state.last_event_applied_idx
             self.keeper.ask()
+            self.gauges.forget_gone(state)
         self.loop.status_detail = (f"staging {sorted(self.stager.running) if self.stager else '-'}; "
                                    f"in use {sorted(self.in_use or ())}")
 
@@ -174,6 +185,9 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     to_master = make_socket(loop.ctx, zmq.DEALER, connect=endpoints.master_local(run))
     loop.add_reader(sub, lambda s: drain_bus(s, worker.replica))
     loop.add_reader(to_master, lambda s: take_snapshot(s, worker.replica))
+    reports = make_socket(loop.ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(run),
+                          subscribe=(EVT_RUNNER.prefix,))
+    loop.add_reader(reports, worker.on_reports)
 
     def ask_snapshot() -> None:
         if worker.replica.snapshot_due(time.monotonic()):

@@ -31,6 +31,7 @@ from skulk.services import faults
 from skulk.wire.models import dir_name
 from skulk.wire.staged import LAST_USED, MARK, is_staged
 from skulk.wire.staging import DownloadKind, DownloadProgress
+from skulk.wire import curve
 
 log = logging.getLogger("skulk.worker")
 
@@ -49,7 +50,8 @@ class CopyError(Exception):
 
 
 def _get(url: str, offset: int = 0, timeout: float = TIMEOUT_S) -> urllib.response.addinfourl:  # type: ignore[name-defined]
-    req = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    req = urllib.request.Request(url, headers={**headers, **curve.store_headers()})
     return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 - the store's own URL
 
 

@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from tests.integration.conftest import DEMO_DIR
-from tests.integration.harness import BusWatcher
+from tests.integration.harness import BusWatcher, wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
 
 
@@ -55,6 +55,23 @@ def test_events_idle_silence_and_a_torn_tail(serving):
     assert storage["eventLogMode"] == "writing" and storage["eventLogBytes"] > 0
 
 
+def test_the_api_records_each_chunk_and_each_request_end(serving):
+    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+        "model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "record me"}]})
+    assert status == 200
+    command_id = body["id"].removeprefix("chatcmpl-")
+
+    def mine():
+        events = http_json(f"{serving.url}/events?limit=200")[1]
+        return [e for e in events if next(iter(e.values())).get("command_id") == command_id] or None
+    records = wait_until(serving, lambda: (m := mine()) and "RequestEnded" in kinds(m) and m, 10, "the records")
+    chunks = [e["ChunkGenerated"] for e in records if "ChunkGenerated" in e]
+    assert kinds(records)[0] == "RequestRouted" and len(chunks) == body["usage"]["completion_tokens"]
+    assert "".join(c["text"] for c in chunks) == body["choices"][0]["message"]["content"]
+    ended = next(e["RequestEnded"] for e in records if "RequestEnded" in e)
+    assert ended["outcome"] == "done" and ended["completion_tokens"] == len(chunks)
+
+
 def test_a_full_disk_turns_the_log_counting_only_and_completions_go_on(nodes, demo_model):
     """The floor set above any disk's free space: the first check finds the disk "full"."""
     node = nodes(config={"event_log": {"floor_gb": 1e9, "floor_check_every": 1}}, args=("--place", MODEL),
@@ -65,6 +82,13 @@ def test_a_full_disk_turns_the_log_counting_only_and_completions_go_on(nodes, de
     status, body = http_json(f"{node.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "still serving?"}]})
     assert status == 200 and body["usage"]["completion_tokens"] >= 1
+
+    node_id = http_json(f"{node.url}/node_id")[1]
+
+    def health():
+        reasons = http_json(f"{node.url}/state")[1]["nodeHealth"][node_id]["reasons"]
+        return [r for r in reasons if r["code"] == "event_log_counting_only"]
+    assert wait_until(node, health, 20, "nodeHealth showing counting-only")
     log = (node.home / "logs" / "eventlog.log").read_text()
     assert log.count("CRITICAL") == 1 and "counting-only" in log
     assert http_json(f"{node.url}/events")[0] == 200

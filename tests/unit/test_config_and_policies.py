@@ -1,4 +1,4 @@
-"""Config precedence and strictness; fault-injection parsing; janitor retention policy."""
+"""Config precedence and strictness; fault-injection parsing (the janitor's policy: test_traces.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from skulk.services.faults import parse
-from skulk.services.janitor.policy import DAY_S, expired_traces
 from skulk.supervisor import config
 from skulk.supervisor.tree import ROLES, build_tree
 
@@ -73,10 +72,3 @@ def test_fault_spec_parsing():
     with pytest.raises(ValueError):
         parse("runner=crash")
 
-
-def test_janitor_deletes_only_expired_trace_files():
-    now = 10 * DAY_S
-    files = [("trace_old.json", now - 4 * DAY_S), ("trace_new.json", now - 1 * DAY_S),
-             ("notes.txt", 0.0), ("trace_edge.json", now - 3 * DAY_S)]
-    assert expired_traces(files, now, 3.0) == ["trace_old.json"]
-    assert expired_traces(files, now, 0) == []

@@ -192,3 +192,41 @@ def test_lan_announcements_round_trip_and_refuse_strangers():
     assert parse_announcement(data, "h1", "node-a") is None  # our own broadcast
     for junk in (b"", b"\xff\xfe", b"skulk1 h1 x notaport", b"skulk1 h1 x 70000", b"http/1.1 200"):
         assert parse_announcement(junk, "h1", "node-b") is None
+
+
+def test_a_booting_master_leads_alone_only_when_its_node_is_alone():
+    alone = Election("a")
+    assert alone.boot(0.0, wait_s=1.0) == [] and not alone.is_leader
+    assert alone.on_membership(frozenset({"a"}), 0.3, -1) == [BecomeLeader("1-a")]
+    silent = Election("a")
+    silent.boot(0.0, wait_s=1.0)
+    assert silent.tick(0.9, -1) == [] and silent.tick(1.0, -1) == [BecomeLeader("1-a")]
+    # A master restarted inside a running cluster: its node has peers, so it campaigns (no
+    # empty session of its own for its node's API and worker to follow).
+    restarted = Election("a")
+    restarted.boot(0.0, wait_s=1.0)
+    actions = restarted.on_membership(frozenset({"a", "b", "c"}), 0.3, -1)
+    assert actions == [Broadcast(Campaign(node_id="a", clock=2, last_idx=-1))] and not restarted.is_leader
+    joining = Election("z")
+    joining.boot(0.0, wait_s=1.0)
+    assert joining.on_announce(announce("c", 3), 0.2) == [Follow("c", "1-c")]
+    assert joining.tick(1.5, -1) == [] and joining.leader == "c"  # the boot wait is over: it follows
+
+
+def test_the_leaders_master_restarted_in_place_does_not_wipe_the_cluster_state():
+    """Found by the chaos soak: the leader's master process was SIGKILLed and restarted by its
+    supervisor; it opened an empty one-node session, the followers (campaigning once the old
+    leader went quiet) followed it, and every instance of the cluster was gone."""
+    b = Election("b", timeout_s=3.0)
+    b.on_membership(frozenset({"a", "b", "c"}), 0.0, 483)
+    assert b.on_announce(LeaderAnnounce(node_id="a", session="1-a-old", clock=1, seniority=3, head=483),
+                         0.0, 483) == [Follow("a", "1-a-old")]
+    again = Election("a", timeout_s=3.0, incarnation="new")
+    again.boot(1.0, wait_s=1.0)
+    campaign = again.on_membership(frozenset({"a", "b", "c"}), 1.2, -1)[0]
+    assert isinstance(campaign, Broadcast)
+    joined = b.on_campaign(campaign.msg, 1.2, 483)  # the campaigner is the node b followed
+    assert joined == [Broadcast(Campaign(node_id="b", clock=2, last_idx=483))]
+    again.on_campaign(joined[0].msg, 1.3, -1)
+    assert b.tick(4.2, 483) == [BecomeLeader("2-b")]  # the most informed wins
+    assert again.tick(4.3, -1) == [] and again.leader == "b"

@@ -50,6 +50,9 @@ class NoMaster:
     def cancel(self, endpoint: str, request_id: str) -> None:
         pass
 
+    def supervisor_status(self, timeout: float = 1.0) -> None:
+        return None  # no supervisor either (GET /metrics leaves its figures out)
+
 
 def deps(home: Path) -> Deps:
     model = home / "models" / "org--model"
@@ -110,6 +113,7 @@ def test_every_route_the_app_answers_is_documented_with_its_methods(client, doc)
 
 EXAMPLES: dict[str, Any] = {
     "/v1/chat/completions": {"model": "org/model", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/tracing": {"enabled": True},
     "/v1/completions": {"model": "org/model", "prompt": "Once"},
     "/v1/responses": {"model": "org/model", "input": "hi"},
     "/v1/messages": {"model": "org/model", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
@@ -120,6 +124,8 @@ EXAMPLES: dict[str, Any] = {
     "/place_instance": {"model_id": "org/model"},
     "/config": {},
     "/store/purge-staging": {"modelId": "org/model"},
+    "/v1/traces/delete": {"taskIds": ["no-such-task"]},
+    "cancel": {"taskId": "no-such-task"},  # /v1/diagnostics/{node,cluster/{node_id}}/runners/{runner_id}/cancel
 }
 """A valid body per operation that takes one (Ollama's by last path segment)."""
 

@@ -294,3 +294,25 @@ def test_runner_loads_pass_changes_at_once_and_the_same_load_again_after_a_while
     assert loads.on_report(replace(report, active=0), 1.5 + RESEND_S) is not None  # a lost message heals
     loads.forget({"other"})
     assert loads.get("r1") == 0 and loads.on_report(report, 2.0) is not None
+
+
+def test_the_tracing_switch_is_state_and_stamps_new_tasks_only():
+    from skulk.services.master.replication import seed
+    from skulk.wire.tracing import SetTracing, TracingSet
+
+    state = two_ready_instances()
+    before = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
+    assert before.reply.trace is False and before.events[0].task.trace is False
+    state = run(state, before.events)
+    on = handle(state, SetTracing(command_id="s1", enabled=True), ids())
+    assert isinstance(on.reply, CommandAccepted) and on.events == [TracingSet(enabled=True)]
+    state = run(state, on.events)
+    assert state.tracing_enabled and handle(state, SetTracing(command_id="s2", enabled=True), ids()).events == []
+    after = handle(state, TextGeneration(command_id="t2", owner_node="n1", params=PARAMS), ids())
+    assert after.reply.trace is True and after.events[0].task.trace is True
+    state = run(state, after.events)
+    assert not state.tasks[before.reply.task_id].trace  # an earlier task stays untraced
+    # a later leader keeps the replicated switch; only a cluster's first session takes the config's
+    assert seed(state, "s2", "n2", tracing_default=False).tracing_enabled is True
+    assert seed(State(), "s1", "n1", tracing_default=True).tracing_enabled is True
+    assert seed(replace(State(), session="s0"), "s1", "n1", tracing_default=True).tracing_enabled is False

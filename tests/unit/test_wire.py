@@ -136,3 +136,13 @@ def test_oversized_frame_is_refused_before_decoding():
         codec.decode(b"\x00" * (codec.MAX_FRAME_BYTES + 1))
     with pytest.raises(FrameTooLarge):
         codec.decode(codec.encode(instance(ServiceStatus)), max_bytes=8)
+
+
+def test_an_indexed_event_may_carry_every_event_type():
+    """A type in EVENT_TYPES but not in the `Event` union is refused by every replica's decoder
+    (seen: a new event indexed by the leader and dropped as a bad frame everywhere else)."""
+    import typing
+
+    from skulk.wire.state import EVENT_TYPES, Event
+
+    assert set(typing.get_args(Event)) == set(EVENT_TYPES)

@@ -11,7 +11,7 @@ import falcon
 
 from skulk.services.api.errors import ApiError
 from skulk.services.api.generation import Generation, GenerationError, Stream, collect, fail_status
-from skulk.services.api.resources.common import http_error, json_body
+from skulk.services.api.resources.common import check_messages, http_error, json_body
 from skulk.wire.inference import Done, Failed, TokenChunk
 from skulk.wire.state import TaskParams
 
@@ -23,9 +23,11 @@ Whole = Callable[[Stream, list[TokenChunk], Done], Any]
 
 def parsed(req: falcon.Request, parser: Callable[[Any], TaskParams]) -> TaskParams:
     try:
-        return parser(json_body(req))
+        params = parser(json_body(req))
     except ApiError as exc:
         raise http_error(exc.status, exc.message) from None
+    check_messages(req, len(params.messages))
+    return params
 
 
 def open_stream(generation: Generation, params: TaskParams) -> Stream:

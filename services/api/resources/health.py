@@ -1,24 +1,58 @@
-"""`GET /health`: idle or busy, and the version (seed 001's check)."""
+"""`GET /health`: idle or busy, and the version (seed 001's first check).
+
+Busy means one of this node's runners has a request in hand, by what it last published (the
+API's runner view): its flight recorder's phase (admitted, prefill, decode) and its report's
+batch. A runner records every phase change, but reports its load at most every 50 ms and then
+only every 2 s, so its newest word decides: an entry newer than the report (a request that
+just joined, or the completion of the last one) is believed over the report's figures. Only
+local runners count, as the seed's check is per server; anything older than `REPORT_STALE_S`
+is ignored, so a runner that died or froze mid-request stops counting within seconds.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
+
 import falcon
 
-from skulk.wire.replica import StateReplica
+from skulk.services.api.resources.diagnostics_runners import WORKING
+from skulk.services.api.runner_view import RunnerSeen, RunnerView
 from skulk.services.api.schema import STRING, Schema, enum, obj
+
+REPORT_STALE_S = 10.0
+BUSY_PHASES = WORKING | {"task_submission"}
+"""Phases of a runner with a request in hand (admitted, prefilling, decoding)."""
+
+
+def generating(active: int | None, reported_at: float, phase: str | None, entry_at: float, now: float) -> bool:
+    """A runner has a request in hand (pure; see the module docstring)."""
+    entry_fresh = phase is not None and now - entry_at <= REPORT_STALE_S
+    if entry_fresh and entry_at >= reported_at:
+        return phase in BUSY_PHASES
+    return (bool(active) and now - reported_at <= REPORT_STALE_S) or (entry_fresh and phase in BUSY_PHASES)
+
+
+def busy(runners: Iterable[RunnerSeen], now: float) -> bool:
+    """Whether any of these runners generates (pure)."""
+    for s in runners:
+        last = s.entries[-1] if s.entries else None
+        if generating(s.report.active if s.report else 0, s.reported_at, last.phase if last else None,
+                      last.at if last else 0.0, now):
+            return True
+    return False
 
 
 class HealthResource:
-    """`{"status": "idle"|"busy", "version"}`: busy while any task is pending or running."""
+    """`{"status": "idle"|"busy", "version"}`."""
 
-    def __init__(self, replica: StateReplica, version: str) -> None:
-        self.replica = replica
+    def __init__(self, view: RunnerView, version: str) -> None:
+        self.view = view
         self.version = version
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        state = self.replica.get(timeout=1.0)
-        busy = state is not None and any(t.status in ("Pending", "Running") for t in state.tasks.values())
-        resp.media = {"status": "busy" if busy else "idle", "version": self.version}
+        status = "busy" if busy(self.view.runners().values(), time.time()) else "idle"
+        resp.media = {"status": status, "version": self.version}
 
 
 HEALTH: Schema = obj({"status": enum("idle", "busy"), "version": STRING})

@@ -18,6 +18,10 @@ from skulk.services.api.state_json import CARD, card_json
 from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Reply
 
 
+MAX_NODES = 1024
+"""More nodes than any cluster we serve: a larger `min_nodes` is a typo, refused by name."""
+
+
 class PlaceResource:
     def __init__(self, gateway: Gateway, replica: StateReplica, catalog: Catalog) -> None:
         self.gateway = gateway
@@ -33,8 +37,8 @@ class PlaceResource:
         min_nodes = body.get("min_nodes", 1)
         if not isinstance(excluded, list) or not all(isinstance(n, str) for n in excluded):
             raise http_error(400, "excluded_nodes must be a list of node ids")
-        if isinstance(min_nodes, bool) or not isinstance(min_nodes, int):
-            raise http_error(400, "min_nodes must be an integer")
+        if isinstance(min_nodes, bool) or not isinstance(min_nodes, int) or not 1 <= min_nodes <= MAX_NODES:
+            raise http_error(400, f"min_nodes must be an integer between 1 and {MAX_NODES}")
         cmd = PlaceInstance(command_id=uuid.uuid4().hex, card=card,
                             sharding=str(body.get("sharding", "Pipeline")),
                             instance_meta=str(body.get("instance_meta", "MlxRing")),

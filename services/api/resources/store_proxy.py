@@ -19,6 +19,7 @@ from skulk.services.api.schema import ANY_OBJECT, INTEGER, STRING, Schema, obj
 from skulk.supervisor.model_store import ModelStoreConfig
 from skulk.wire.models import ModelDirError, dir_name
 from skulk.wire.staged import store_url
+from skulk.wire import curve
 
 TIMEOUT_S = 5.0
 
@@ -33,7 +34,8 @@ class StoreClient:
         store = self.store
         url = store_url(store.store_host, store.store_http_host, store.store_port, self.replica.get(timeout=0),
                         self.listen) + path
-        req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+        req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None,
+                                     headers=curve.store_headers())
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # noqa: S310 - the store's URL
                 return resp.status, json.loads(resp.read() or b"{}")

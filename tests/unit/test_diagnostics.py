@@ -1,0 +1,349 @@
+"""The diagnostics' pure parts: the API's runner view, `/health`'s rule, the runner and node
+documents, the cluster merge and timeline, `/admin/clusters`' pools and phases, the cancel plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import falcon
+import jsonschema
+import pytest
+
+from skulk.services.api.peers import Peer, PeerAnswer
+from skulk.services.api.resources import diagnostics_host as host
+from skulk.services.api.resources.clusters import CLUSTERS, cluster_view, display_phase, pool_phase
+from skulk.services.api.resources.diagnostics import plan_cancel
+from skulk.services.api.resources.diagnostics_cluster import (CLUSTER, TIMELINE, NodeAnswer, cluster_json,
+                                                              node_answers, timeline_json)
+from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS, NodeFacts, node_diagnostics
+from skulk.services.api.resources.diagnostics_runners import (FLIGHT_ENTRY, STUCK_S, entry_json, runner_warnings,
+                                                              runners_json, seed_phase)
+from skulk.services.api.resources.health import REPORT_STALE_S, busy
+from skulk.services.api.runner_view import FORGET_AFTER_S, REMEMBER_NODE_S, RING, RunnerView
+from skulk.wire.cluster import Member, Membership
+from skulk.wire.events import RunnerReport
+from skulk.wire.flight import FlightEntry, MlxMemory
+from skulk.wire.models import ModelCard
+from skulk.wire.state import Instance, NodeInfo, RunnerStatus, ShardMeta, State, Task, TaskParams
+
+T0 = 1_700_000_000.0
+GIB = 1024 ** 3
+CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4, hidden_size=256,
+                 num_key_value_heads=2, supports_tensor=True, context_length=512, family="qwen2", quantization="")
+
+
+def report(rid: str = "r0", active: int = 0, kind: str = "RunnerReady", phase: str = "idle", tok_s: float = 0.0,
+           pid: int = 100) -> RunnerReport:
+    return RunnerReport(runner_id=rid, instance_id="i1", status=RunnerStatus(kind=kind), active=active, phase=phase,
+                        tok_s=tok_s, pid=pid)
+
+
+def entry(rid: str = "r0", seq: int = 0, at: float = T0, phase: str = "idle", rank: int = 0, node: str = "n1",
+          since: float = T0, pid: int = 100, mem: MlxMemory | None = None, task: str = "") -> FlightEntry:
+    return FlightEntry(runner_id=rid, instance_id="i1", model_id=CARD.model_id, node_id=node, rank=rank, world_size=2,
+                       pid=pid, seq=seq, at=at, phase=phase, event="enter", phase_since=since, mlx_memory=mem,
+                       task_id=task, command_id=f"c-{task}" if task else "")
+
+
+def node(nid: str, port: int = 1000) -> NodeInfo:
+    return NodeInfo(node_id=nid, friendly_name=f"name-{nid}", skulk_version="0.1", ram_total=16 * GIB,
+                    ram_available=8 * GIB, when=T0, addresses=("127.0.0.1",), disk_total=500 * GIB,
+                    disk_available=100 * GIB, api_port=port)
+
+
+def pipeline_state(kinds: tuple[str, str] = ("RunnerReady", "RunnerReady"), tasks: dict[str, Task] | None = None,
+                   master: str = "n1") -> State:
+    shards = {f"r{k}": ShardMeta(kind="Pipeline", device_rank=k, world_size=2, start_layer=2 * k,
+                                 end_layer=2 * k + 2, n_layers=4) for k in range(2)}
+    inst = Instance(instance_id="i1", instance_meta="MlxRing", card=CARD, runner_to_shard=shards,
+                    node_to_runner={"n1": "r0", "n2": "r1"}, context_token_limit=512)
+    runners = {f"r{k}": RunnerStatus(kind=kinds[k], endpoint=f"tcp://127.0.0.1:{7000 + k}") for k in range(2)}
+    return State(session="s", master_node_id=master, instances={"i1": inst}, runners=runners,
+                 nodes={"n1": node("n1", 1001), "n2": node("n2", 1002)}, tasks=tasks or {})
+
+
+def validate(schema: dict[str, Any], doc: Any) -> None:
+    jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+# ---- the runner view ----------------------------------------------------------------------------
+
+def test_the_view_keeps_the_latest_report_and_a_bounded_ring_of_entries():
+    view = RunnerView()
+    view.on_message(report(active=1), T0)
+    for seq in range(RING + 10):
+        view.on_message(entry(seq=seq, at=T0 + seq), T0 + seq)
+    view.on_message(entry(seq=5), T0 + 400)  # a stale duplicate from the same process
+    seen = view.runners()["r0"]
+    assert seen.report is not None and seen.report.active == 1 and seen.reported_at == T0
+    assert len(seen.entries) == RING and seen.entries[0].seq == 10 and seen.entries[-1].seq == RING + 9
+    view.on_message(entry(seq=0, pid=200), T0 + 500)  # a new process of that runner starts again at 0
+    assert view.runners()["r0"].entries[-1].pid == 200
+    seen.entries.clear()  # a copy: the reader cannot change the view
+    assert len(view.runners()["r0"].entries) == RING
+
+
+def test_the_view_dates_status_changes_and_forgets_runners_gone_for_good():
+    placed: set[str] = {"r0"}
+    view = RunnerView(lambda: frozenset(placed))
+    view.on_message(report("r0", kind="RunnerLoading"), T0)
+    view.on_message(report("r0", kind="RunnerLoading"), T0 + 2)
+    view.on_message(report("r0", kind="RunnerReady"), T0 + 4)
+    view.on_message(report("gone"), T0)
+    assert view.runners()["r0"].status_since == T0 + 4
+    view.prune(T0 + FORGET_AFTER_S + 10)
+    assert set(view.runners()) == {"r0"}  # silent too, but still placed here (a frozen rank)
+    placed.clear()
+    view.prune(T0 + FORGET_AFTER_S + 10)
+    assert view.runners() == {}
+
+
+def test_the_view_remembers_nodes_gossip_listed():
+    view = RunnerView()
+    view.on_message(Membership(node_id="n1", members=(Member(info=node("n1"), master_endpoint=""),
+                                                      Member(info=node("n2"), master_endpoint=""))), T0)
+    view.on_message(Membership(node_id="n1", members=(Member(info=node("n1"), master_endpoint=""),)), T0 + 100)
+    assert view.nodes()["n2"][1] == T0 and view.nodes()["n1"][1] == T0 + 100
+    view.prune(T0 + REMEMBER_NODE_S + 50)
+    assert set(view.nodes()) == {"n1"}
+
+
+# ---- /health ------------------------------------------------------------------------------------
+
+def test_busy_while_a_fresh_report_has_requests_in_its_batch():
+    view = RunnerView()
+    view.on_message(report("a", active=0), T0)
+    assert not busy(view.runners().values(), T0)
+    view.on_message(report("b", active=2), T0)
+    assert busy(view.runners().values(), T0 + 1)
+    assert not busy(view.runners().values(), T0 + REPORT_STALE_S + 1)  # died or froze mid-request
+
+
+@pytest.mark.parametrize("phase,is_busy", [("task_submission", True), ("prefill_pipeline", True),
+                                           ("decode_stream", True), ("decode_barrier", True), ("idle", False),
+                                           ("completion", False), ("load_model", False)])
+def test_busy_while_the_latest_entry_is_in_a_working_phase(phase, is_busy):
+    """A load change inside the runner's report window shows in its entries first."""
+    view = RunnerView()
+    view.on_message(report("a", active=0), T0)
+    view.on_message(entry("a", 0, T0, "decode_stream"), T0)
+    view.on_message(entry("a", 1, T0 + 1, phase), T0 + 1)
+    assert busy(view.runners().values(), T0 + 2) == is_busy
+    assert not busy(view.runners().values(), T0 + 1 + REPORT_STALE_S + 1)
+
+
+def test_the_newest_word_decides_between_a_report_and_an_entry():
+    view = RunnerView()
+    view.on_message(report("a", active=1), T0)
+    view.on_message(entry("a", 0, T0 + 0.5, "completion"), T0 + 0.5)  # the load report was held back
+    assert not busy(view.runners().values(), T0 + 1)
+    view.on_message(entry("a", 1, T0 + 0.6, "decode_stream"), T0 + 0.6)
+    view.on_message(report("a", active=0, phase="decode_stream"), T0 + 0.7)  # one report behind
+    assert busy(view.runners().values(), T0 + 1)
+
+
+# ---- one node's runners -------------------------------------------------------------------------
+
+def test_unknown_phases_show_as_idle_with_the_runners_word_kept():
+    assert seed_phase("decode_stream") == "decode_stream" and seed_phase("warp_drive") == "idle"
+    e = entry_json(entry(phase="warp_drive"), None)
+    assert e["phase"] == "idle" and e["attrs"] == {"runnerPhase": "warp_drive"}
+    validate(FLIGHT_ENTRY, e)
+
+
+def test_runners_are_the_placed_ones_and_the_heard_ones_sorted_with_their_phase_clock():
+    view = RunnerView()
+    mem = MlxMemory(at=T0 + 1, active=10, cache=None, peak=30)
+    view.on_message(report("r0", active=1, tok_s=12.5, phase="decode_stream"), T0 + 2)
+    view.on_message(entry("r0", 0, T0 + 1, "prefill_stream", mem=mem, task="t1"), T0 + 1)
+    view.on_message(entry("r0", 1, T0 + 2, "decode_stream", since=T0 + 2, task="t1"), T0 + 2)
+    view.on_message(report("old", pid=55), T0)  # its instance is gone, its records kept a while
+    state = pipeline_state()
+    runners = runners_json("n1", view.runners(), state, lambda pid: pid == 100, T0 + 12, entries=1)
+    assert [r["runnerId"] for r in runners] == ["old", "r0"]  # (modelId "", ...) sorts first
+    r0 = runners[1]
+    assert r0["phase"] == "decode_stream" and r0["secondsInPhase"] == 10.0 and r0["activeTaskId"] == "t1"
+    assert r0["processAlive"] and r0["pid"] == 100 and r0["tokensPerSecond"] == 12.5 and r0["active"] == 1
+    assert r0["statusKind"] == "RunnerReady" and r0["startLayer"] == 0 and r0["worldSize"] == 2
+    assert r0["lastMlxMemory"]["active"] == {"inBytes": 10} and r0["lastMlxMemory"]["cache"] is None
+    assert len(r0["flightRecorder"]) == 1 and r0["flightRecorder"][0]["phase"] == "decode_stream"
+    assert not runners[0]["processAlive"] and runners[0]["modelId"] == ""
+
+
+def test_warnings_name_a_dead_process_and_a_rank_stuck_in_a_working_phase():
+    runners = [{"runnerId": "a", "statusKind": "RunnerReady", "pid": 7, "processAlive": False, "phase": "idle",
+                "deviceRank": 0},
+               {"runnerId": "b", "statusKind": "RunnerRunning", "pid": 8, "processAlive": True,
+                "phase": "decode_barrier", "deviceRank": 1},
+               {"runnerId": "c", "statusKind": "RunnerFailed", "pid": 9, "processAlive": False, "phase": "error",
+                "deviceRank": 0}]
+    warnings = runner_warnings(runners, {"b": T0}, T0 + STUCK_S + 5)
+    assert len(warnings) == 2 and "process 7 is not alive" in warnings[0]
+    assert "runner b (rank 1)" in warnings[1] and "decode_barrier" in warnings[1]
+    assert runner_warnings(runners[1:2], {"b": T0}, T0 + 1) == []
+
+
+def test_the_node_document_has_upstreams_shape_and_flags_divergent_ranks(tmp_path: Path):
+    view = RunnerView()
+    view.on_message(entry("r0", 0, T0, "decode_stream"), T0)
+    state = pipeline_state(("RunnerReady", "RunnerLoading"))
+    facts = NodeFacts("n1", "0.1", "lab", tmp_path / "skulk.yaml")
+    table = host.ProcessTable(tmp_path)
+    doc = node_diagnostics(facts, state, view.runners(), host.alive, host.resources(tmp_path, None),
+                           table.rows(T0), T0 + 1, RING)
+    validate(NODE_DIAGNOSTICS, doc)
+    assert doc["runtime"]["libp2pNamespace"] == "lab" and doc["runtime"]["isMaster"]
+    assert doc["resources"]["gatheredMemory"]["ramTotal"] == {"inBytes": 16 * GIB}
+    placement = doc["placements"][0]
+    assert placement["placementNodeIds"] == ["n1", "n2"] and placement["localNodeIsPlacementNode"]
+    assert "ranks disagree on status: rank 0 RunnerReady, rank 1 RunnerLoading" in placement["warnings"]
+    assert [r["runnerId"] for r in doc["supervisorRunners"]] == ["r0"]
+    assert doc["processes"] and doc["processes"][0]["pid"] > 0
+    empty = node_diagnostics(facts, None, {}, host.alive, host.resources(tmp_path, None), [], T0, RING)
+    validate(NODE_DIAGNOSTICS, empty)
+    assert empty["warnings"] and empty["identity"] is None
+
+
+def test_process_titles_give_the_role(tmp_path: Path):
+    assert host.service_of("skulk: runner abc123") == "runner" and host.role_of("skulk: runner abc") == "runner"
+    assert host.service_of("skulk: api worker") == "api worker" and host.role_of("skulk: api worker") == "skulk"
+    assert host.role_of("/usr/bin/python3 -m x") == "python" and host.service_of("bash") == ""
+    (tmp_path / "skulk.lock").write_text("1\n")
+    assert host.root_pid(tmp_path) == 1
+
+
+# ---- the cluster views --------------------------------------------------------------------------
+
+def node_doc(nid: str, state: State, view: RunnerView, now: float) -> dict[str, Any]:
+    return node_diagnostics(NodeFacts(nid, "0.1", "lab", Path("/nonexistent")), state, view.runners(),
+                            lambda pid: True, host.resources(Path("/"), None), [], now, RING)
+
+
+def two_nodes() -> tuple[State, dict[str, Any], dict[str, Any]]:
+    state = pipeline_state(("RunnerRunning", "RunnerRunning"))
+    one, two = RunnerView(), RunnerView()
+    one.on_message(report("r0", active=1, tok_s=20.0, phase="decode_barrier"), T0 + 9)
+    one.on_message(entry("r0", 0, T0 + 1, "prefill_pipeline", node="n1"), T0)
+    one.on_message(entry("r0", 1, T0 + 3, "decode_barrier", node="n1", since=T0 + 3), T0)
+    two.on_message(report("r1", active=1, tok_s=20.0), T0 + 1)
+    two.on_message(entry("r1", 0, T0 + 1, "prefill_pipeline", rank=1, node="n2"), T0)
+    two.on_message(entry("r1", 1, T0 + 2, "decode_stream", rank=1, node="n2", since=T0 + 2), T0)
+    return state, node_doc("n1", state, one, T0 + 10), node_doc("n2", state, two, T0 + 10)
+
+
+def answer(nid: str, status: int = 200, body: Any = None, error: str = "") -> PeerAnswer:
+    return PeerAnswer(Peer(nid, f"http://{nid}:1"), status, body, error)
+
+
+def test_the_timeline_merges_every_rank_in_time_order_and_lists_the_unreachable():
+    state, local, peer = two_nodes()
+    garbage = answer("n4", 200, ["not", "diagnostics"])
+    broken = answer("n5", 200, {"supervisorRunners": [{"runnerId": "x"}]})  # no modelId, ...
+    bad_time = {**peer, "supervisorRunners": [{**peer["supervisorRunners"][0],
+                                               "flightRecorder": [{"at": "yesterday", "phase": "idle",
+                                                                   "event": "enter"}]}]}
+    nodes = node_answers(NodeAnswer("n1", None, local),
+                         [answer("n2", 200, peer), answer("n3", 0, None, "ConnectionRefusedError: refused"),
+                          garbage, broken, answer("n6", 200, bad_time),
+                          answer("n7", 0, None, "no answer within 2 s")], {"n3": T0 - 20}, T0)
+    doc = timeline_json("n1", "n1", nodes, T0 + 10)
+    validate(TIMELINE, doc)
+    assert [(r["nodeId"], r["deviceRank"]) for r in doc["runners"]] == [("n1", 0), ("n2", 1)]
+    assert [(e["nodeId"], e["phase"]) for e in doc["timeline"]] == [
+        ("n1", "prefill_pipeline"), ("n2", "prefill_pipeline"), ("n2", "decode_stream"), ("n1", "decode_barrier")]
+    errors = {u["nodeId"]: u["error"] for u in doc["unreachableNodes"]}
+    assert set(errors) == {"n3", "n4", "n5", "n6", "n7"}
+    assert "refused" in errors["n3"] and "left the cluster 20 s ago" in errors["n3"]
+    assert "not a JSON object" in errors["n4"] and "malformed" in errors["n5"] and "malformed" in errors["n6"]
+    r0 = doc["runners"][0]
+    assert r0["phase"] == "decode_barrier" and r0["secondsInPhase"] == 7.0 and r0["statusKind"] == "RunnerRunning"
+
+
+def test_the_cluster_document_keeps_each_nodes_answer():
+    state, local, peer = two_nodes()
+    nodes = node_answers(NodeAnswer("n1", "http://n1:1", local),
+                         [answer("n2", 200, peer), answer("n3", 500, {"error": {}}, "HTTP 500")], {}, T0)
+    doc = cluster_json("n1", "n1", nodes, T0)
+    validate(CLUSTER, doc)
+    assert [(n["nodeId"], n["ok"]) for n in doc["nodes"]] == [("n1", True), ("n2", True), ("n3", False)]
+    assert doc["unreachableNodes"] == [{"nodeId": "n3", "url": "http://n3:1", "error": "HTTP 500"}]
+
+
+# ---- /admin/clusters ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind,phase,active,shown", [
+    ("RunnerFailed", "decode_stream", 1, "failed"), ("RunnerLoading", None, None, "loading"),
+    ("RunnerWarmingUp", "warmup", 0, "loading"), ("RunnerShuttingDown", "shutdown_cleanup", 0, "loading"),
+    ("RunnerReady", "idle", 0, "idle"), ("RunnerRunning", "prefill_stream", 1, "prefill"),
+    ("RunnerRunning", "task_submission", 1, "prefill"), ("RunnerRunning", "decode_wait_first_token", 1, "decode"),
+    ("RunnerRunning", "decode_stream", 1, "streaming"), ("RunnerRunning", "completion", 2, "streaming"),
+    ("RunnerReady", "completion", 0, "idle"), ("RunnerReady", None, None, None), (None, "idle", 0, None)])
+def test_display_phase(kind, phase, active, shown):
+    assert display_phase(kind, phase, active) == shown
+
+
+def test_pool_phase_is_the_worst_then_the_busiest():
+    assert pool_phase(["idle", "failed", "loading"]) == "failed" and pool_phase(["loading", "idle"]) == "loading"
+    assert pool_phase(["prefill", "streaming"]) == "streaming" and pool_phase([None, "idle"]) == "idle"
+    assert pool_phase([None]) is None
+
+
+def test_the_cluster_view_shows_pools_with_live_ranks_and_nulls_for_an_unreachable_node():
+    state, local, peer = two_nodes()
+    view = cluster_view("lab", "n1", state, node_answers(NodeAnswer("n1", None, local), [answer("n2", 200, peer)],
+                                                         {}, T0), T0 + 10)
+    validate(CLUSTERS, {"clusters": [view]})
+    pool = view["pools"][0]
+    assert view["serving"] and pool["serving"] and pool["sharding"] == "Pipeline" and pool["worldSize"] == 2
+    assert pool["phase"] == "streaming" and pool["tokensPerSecond"] == 20.0 and pool["activeRequests"] == 1
+    assert [(r["deviceRank"], r["phase"]) for r in pool["ranks"]] == [(0, "decode"), (1, "streaming")]
+    assert [(n["nodeId"], n["status"], n["health"]) for n in view["nodes"]] == [("n1", "busy", "ok"),
+                                                                                ("n2", "busy", "ok")]
+    assert view["nodes"][0]["ramTotal"] == 16 * GIB and view["unreachableNodes"] == []
+
+    cut = cluster_view("lab", "n1", state, node_answers(NodeAnswer("n1", None, local),
+                                                        [answer("n2", 0, None, "timed out")], {}, T0), T0 + 10)
+    validate(CLUSTERS, {"clusters": [cut]})
+    rank1 = cut["pools"][0]["ranks"][1]
+    assert rank1["phase"] is None and rank1["tokensPerSecond"] is None and rank1["active"] is None
+    assert cut["nodes"][1]["status"] == "unreachable" and cut["nodes"][1]["health"] == "error"
+    assert cut["unreachableNodes"] == [{"nodeId": "n2", "url": "http://n2:1", "error": "timed out"}]
+
+    loading = cluster_view("lab", "n1", pipeline_state(("RunnerReady", "RunnerLoading")),
+                           [NodeAnswer("n1", None, local)], T0)
+    assert not loading["serving"] and loading["pools"][0]["phase"] == "loading"
+    assert loading["unreachableNodes"][0]["nodeId"] == "n2"  # never asked: not listed as reachable
+
+
+def test_a_stale_report_does_not_make_a_node_busy():
+    state, local, peer = two_nodes()
+    view = cluster_view("lab", "n1", state, [NodeAnswer("n1", None, local)], T0 + 10 + REPORT_STALE_S + 1)
+    assert view["nodes"][0]["status"] == "busy"  # judged by the node's own clock (its generatedAt)
+    old = node_doc("n1", state, RunnerView(), T0)
+    assert cluster_view("lab", "n1", state, [NodeAnswer("n1", None, old)], T0)["nodes"][0]["status"] == "idle"
+
+
+# ---- cancel -------------------------------------------------------------------------------------
+
+def task(status: str, instance: str = "i1") -> Task:
+    return Task(task_id="t1", command_id="cmd1", instance_id=instance, status=status, owner_node="n2",
+                params=TaskParams(model=CARD.model_id, messages=(), max_tokens=4))
+
+
+def test_a_cancel_goes_to_rank_0_of_the_tasks_instance():
+    plan = plan_cancel(pipeline_state(tasks={"t1": task("Running")}), "n2", "r1", "t1")
+    assert (plan.status, plan.endpoint, plan.command_id) == ("cancel_requested", "tcp://127.0.0.1:7000", "cmd1")
+    assert plan_cancel(pipeline_state(tasks={"t1": task("Cancelled")}), "n1", "r0", "t1").status == "already_cancelled"
+    done = plan_cancel(pipeline_state(tasks={"t1": task("Complete")}), "n1", "r0", "t1")
+    assert done.status == "already_completed" and not done.endpoint
+
+
+@pytest.mark.parametrize("runner,tid,tasks,code", [
+    ("r1", "t1", {"t1": task("Running")}, 404),  # r1 is not on n1
+    ("r0", "nope", {"t1": task("Running")}, 404),
+    ("r0", "t1", {"t1": task("Running", instance="other")}, 409)])
+def test_a_cancel_is_refused_for_an_unknown_runner_or_task(runner, tid, tasks, code):
+    with pytest.raises(falcon.HTTPError) as err:
+        plan_cancel(pipeline_state(tasks=tasks), "n1", runner, tid)
+    assert err.value.status_code == code
