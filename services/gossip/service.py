@@ -37,6 +37,8 @@ log = logging.getLogger("skulk.gossip")
 MAX_PEER_FRAME = 1024 * 1024
 HELLO_INTERVAL_S = 0.25
 DISCONNECT_GRACE_S = 1.0
+QUIET_MAX_S = 3.0
+"""Longest a (re)started gossip listens before its first membership (see `quiet_until`)."""
 """After our TCP link to a peer drops, how long its node has to say hello again before it is
 declared gone: a killed node is noticed in this time instead of the peer timeout, while a
 peer whose gossip role was restarted (back in well under a second) stays."""
@@ -81,11 +83,12 @@ class Gossip:
         self.me = Named(ns.node_id, ns.node_name, ns.started)
         self.refused = ""  # why this node does not join (a name clash); "" while it may
         self.warned: set[tuple[str, str]] = set()  # (ignored node, holder) pairs already logged
-        self.quiet_until = time.monotonic() + ns.peer_timeout
+        self.quiet_until = time.monotonic() + min(ns.peer_timeout, QUIET_MAX_S)
         """A gossip (re)started publishes no membership before it has listened for a peer timeout
         (peers dial in too, so even a node without bootstrap peers may have some): its first,
         lonely one would tell the leader's master that every other node was gone (found by the
-        chaos soak: their instances were deleted)."""
+        chaos soak: their instances were deleted). Live peers hello four times a second, so a
+        long configured timeout does not make it wait longer than QUIET_MAX_S."""
 
     def info(self) -> NodeInfo:
         mem = psutil.virtual_memory()
