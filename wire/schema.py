@@ -53,9 +53,17 @@ def _scalar(expected: type, name: str) -> Converter:
             raise FieldTypeError(f"{where}: expected int, got bool")
         if not isinstance(value, expected):
             raise FieldTypeError(f"{where}: expected {name}, got {type(value).__name__}")
+        if expected is int and not INT_MIN <= value <= INT_MAX:
+            raise FieldTypeError(f"{where}: integer out of range")
         return value
 
     return convert
+
+
+INT_MIN, INT_MAX = -(2 ** 62), 2 ** 62
+"""What an int field may hold: a frame from the network with a counter near 2**64 (seen from the
+fuzzer: an election clock of 2**64 - 1, which the master then incremented and could not encode
+any more, and crashed) is refused as a bad frame; every int we make is far below these."""
 
 
 def _none(value: Any, where: str) -> None:

@@ -108,6 +108,10 @@ def test_health_flips_during_a_real_stream_and_the_diagnostics_cancel_it(nodes, 
     assert errors and errors[0]["code"] == 499 and rest[-1] == ("data", "[DONE]"), rest[-3:]
     wait_until(node, lambda: health(node) == "idle", 10, "/health idle after the stream")
 
+    def task_ended() -> bool:  # the master has applied the cancel (TaskCancelled is told, not awaited)
+        task = get(node, "/state")["tasks"].get(task_id)
+        return task is None or task["TextGeneration"]["taskStatus"] in ("Cancelled", "Complete", "Failed")
+    wait_until(node, task_ended, 10, "the master applying the cancel")
     status, again = http_json(f"{node.url}{path}", {"taskId": task_id})  # ended: gone, or not yet
     assert status == 404 or (status == 200 and again["status"] in ("already_cancelled", "already_completed")), again
     assert http_json(f"{node.url}/v1/diagnostics/node/runners/nope/cancel", {"taskId": task_id})[0] == 404

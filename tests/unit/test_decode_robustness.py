@@ -32,3 +32,24 @@ def test_fuzzed_frames_decode_or_raise_a_wire_error(seed):
                 codec.decode(frame)
             except WireError:
                 pass
+
+
+
+def test_an_int_field_near_2_to_the_64_is_a_bad_frame_not_a_later_crash():
+    """Found by the frame fuzzer on a clean-clone run: a Campaign with clock 2**64 - 1 was
+    accepted; the master's next campaign (clock + 1) could not be encoded and it crashed."""
+    import msgpack
+
+    from skulk.wire import codec
+    from skulk.wire.cluster import Campaign
+    from skulk.wire.errors import WireError
+
+    def frame(clock: int) -> bytes:
+        return msgpack.packb({"t": Campaign.TYPE, "v": Campaign.VERSION,
+                              "b": {"node_id": "n", "clock": clock, "last_idx": 1}}, use_bin_type=True)
+
+    with pytest.raises(WireError):
+        codec.decode(frame(2 ** 64 - 1))
+    with pytest.raises(WireError):
+        codec.decode(frame(-(2 ** 63)))
+    assert codec.decode(frame(7)) == Campaign(node_id="n", clock=7, last_idx=1)

@@ -14,6 +14,7 @@ from skulk.wire.replica import StateReplica
 from skulk.wire.commands import CommandRejected, Reply
 from skulk.wire.message import Message
 from skulk.wire.state import State
+from skulk.wire.schema import INT_MAX as WIRE_INT_MAX, INT_MIN as WIRE_INT_MIN
 
 def http_error(status: int, message: str) -> falcon.HTTPError:
     """An HTTP error with its status as given (499: the command was cancelled, nginx's code)."""
@@ -60,11 +61,11 @@ def check_messages(req: falcon.Request, count: int) -> None:
         raise http_error(400, f"messages: {count} messages, at most {most} per request (api.max_messages)")
 
 
-INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1
+INT_MIN, INT_MAX = WIRE_INT_MIN, WIRE_INT_MAX
+"""What any integer in a request may be: every number ends up in a wire frame, whose decoder
+refuses bigger ones (wire/schema.py); here that is the client's 400 naming the field."""
 MAX_DEPTH = 64
 """How deeply a JSON body may nest (a chat with tools and schemas needs a dozen levels)."""
-"""What any integer in a request may be: every number ends up in a msgpack frame (64 bits), and a
-bigger one must be the client's 400 naming the field, never an OverflowError's 500."""
 
 
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
