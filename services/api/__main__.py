@@ -120,7 +120,8 @@ class ApiApplication(BaseApplication):
         self.sock = sock
         self.settings = {
             "bind": [f"fd://{sock.fileno()}"],
-            "worker_class": "gthread",
+            # gthread, with gunicorn's own 400/414/431 answers in the error envelope (worker.py)
+            "worker_class": "skulk.services.api.worker.EnvelopeWorker",
             "workers": workers,
             "threads": threads,
             "graceful_timeout": max(1, int(graceful_s)),

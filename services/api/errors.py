@@ -78,7 +78,14 @@ def serialize_error(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTP
 
 def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exception,
                       params: dict[str, Any]) -> None:
-    """Any uncaught exception becomes a 500 in the envelope, never an HTML page or a hang."""
+    """Any uncaught exception becomes a 500 in the envelope, never an HTML page or a hang; but a
+    body gunicorn refuses while the app reads it (a malformed chunked body) is the client's 400,
+    as gunicorn's refusals before the app are (`worker.py`), and quotes none of its bytes."""
     if isinstance(exc, falcon.HTTPError):
         raise exc
+    from skulk.services.api.limits import HEADER_LIMITS  # here: worker.py imports this module
+    from skulk.services.api.worker import refusal
+    refused = refusal(exc, HEADER_LIMITS)
+    if refused is not None:
+        raise falcon.HTTPError(refused[0], description=refused[1])
     raise falcon.HTTPInternalServerError(description=f"{type(exc).__name__}: {exc}")

@@ -41,7 +41,9 @@ log = logging.getLogger("skulk.api.limits")
 
 HEADER_LIMITS = {"limit_request_line": 8190, "limit_request_fields": 100, "limit_request_field_size": 8190}
 """gunicorn's request-line and header limits, set explicitly (8190 is the largest request line
-gunicorn allows): beyond them gunicorn answers 414 or 431 itself, in plain text, and closes."""
+gunicorn allows): beyond them gunicorn refuses the request before the app runs, and the API's
+worker (`worker.EnvelopeWorker`) answers 414 (the line) or 431 (too many fields, a field too
+large) in the error envelope, naming the limit and its value, and closes the connection."""
 STREAM_SNDBUF = 32 * 1024
 """The kernel's send buffer for a streamed generation (Linux doubles it): what a client that stops
 reading can leave unread before the stream notices. Autotuned, it grows to megabytes (the whole

@@ -1,11 +1,12 @@
 """Limits on what a client controls, on a real node serving the demo model: a body over
 `api.max_body_mb` is a 413 (declared or chunked), more than `api.max_messages` messages a 400,
 `max_tokens` or a prompt beyond the model's context a 400, an oversized request line or header
-a 414/431 at once (no hang); concurrent generations per key are counted across the API's two
-workers (429 with Retry-After beyond `api.max_streams_per_key`); and a client that sends a
-streaming request and never reads has its generation cancelled at the runner within
-`api.write_timeout_s` of its buffers filling: the runner's batch frees the slot long before the
-answer's 1900 tokens."""
+a 414/431 at once (no hang) and a malformed request a 400, in the error envelope though gunicorn
+answers them itself (`services/api/worker.py`), never echoing a key; concurrent generations per
+key are counted across the API's two workers (429 with Retry-After beyond
+`api.max_streams_per_key`); and a client that sends a streaming request and never reads has its
+generation cancelled at the runner within `api.write_timeout_s` of its buffers filling: the
+runner's batch frees the slot long before the answer's 1900 tokens."""
 
 from __future__ import annotations
 
@@ -86,15 +87,31 @@ def test_bodies_messages_context_and_headers(nodes, demo_model):
     status, body, _ = post(node, "/v1/chat/completions", {**chat(), "max_tokens": 10 ** 30})
     assert status == 400 and "max_tokens" in body["error"]["message"]
 
-    started = time.monotonic()
-    line = raw_exchange(node, b"GET /health?" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert line.startswith(b"HTTP/1.1 414"), line[:100]
-    header = raw_exchange(node, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n")
-    assert header.split(b" ", 2)[1] in (b"400", b"431"), header[:100]
-    many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
-    fields = raw_exchange(node, b"GET /health HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
-    assert fields.split(b" ", 2)[1] in (b"400", b"431"), fields[:100]
+    started = time.monotonic()  # gunicorn's own refusals, before the app: the envelope, at once
+    for request, status, words in (
+            (b"GET /health?" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, ("8190", "limit_request_line")),
+            (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n", 431,
+             ("8190", "limit_request_field_size")),
+            (b"GET /health HTTP/1.1\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(101)) + b"\r\n", 431,
+             ("100", "limit_request_fields")),
+            (b"garbage\r\n\r\n", 400, ("request line",)),
+            (b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization Bearer " + KEY_A.encode() + b"\r\n\r\n", 400,
+             ("header",)),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n"
+             b"0\r\n\r\n", 400, ("chunk size",))):  # found by the app while reading the body
+        answer = raw_exchange(node, request)
+        head, _, text = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 %d " % status), answer[:300]
+        assert b"content-type: application/json" in head.lower(), answer[:300]
+        error = json.loads(text)["error"]
+        assert error["code"] == status and all(w in error["message"] for w in words), error
+        assert KEY_A.encode() not in answer
     assert time.monotonic() - started < 10
+    assert KEY_A not in node.log_path.read_text()  # gunicorn's WARNING quoted the malformed line
+    health = http.client.HTTPConnection("127.0.0.1", node.api_port, timeout=10)
+    health.request("GET", "/health")
+    assert health.getresponse().status == 200  # the worker survived
+    health.close()
     assert post(node, "/v1/chat/completions", chat())[0] == 200  # still serving
 
 
