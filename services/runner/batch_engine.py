@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from skulk.services.runner import cpu_ops, sampling
+from skulk.services.runner import cpu_ops, cpu_rope, sampling
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.ring import Ring, load_model
@@ -61,15 +61,17 @@ class MlxBatchEngine:
         from mlx_lm.models.cache import LRUPromptCache
 
         self.model, self.tokenizer, self.path = load_model(self.model_dir, self.ring)
+        model = self.model
         if cpu_ops.install():
-            self.path += ", fast CPU attention and SwiGLU"
+            self.path += ", fast CPU attention, SwiGLU and RoPE"
+            model = cpu_rope.SharingModel(self.model)  # one set of rotary angles per forward pass
         args = getattr(self.model, "args", None)
         self.model_context = int(getattr(args, "max_position_embeddings", 0) or 0)
         vocab = self.tokenizer.get_vocab()
         self.vocab_size = int(getattr(args, "vocab_size", 0) or len(vocab))  # the logits' width
         self.max_token_bytes = max((len(piece.encode()) for piece in vocab), default=1)
         eos = sorted(self.tokenizer.eos_token_ids)
-        self.gen = BatchGenerator(self.model, stop_tokens=[[t] for t in eos],
+        self.gen = BatchGenerator(model, stop_tokens=[[t] for t in eos],
                                   sampler=sampling.greedy(),
                                   completion_batch_size=self.max_batch,
                                   prefill_batch_size=self.max_batch,

@@ -11,7 +11,7 @@ greedy tokens are the same. `SKULK_CPU_FAST_OPS=0` keeps mlx-lm's own (for compa
 
 The replacement attention does what `mx.fast.scaled_dot_product_attention` does on the CPU (the
 scores, the mask, a softmax, the values; grouped-query heads without copying the keys); it
-leaves quantized caches and attention sinks to mlx-lm.
+leaves quantized caches and attention sinks to mlx-lm. Rotary embeddings: `cpu_rope`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import os
 import sys
 from functools import partial
 from typing import Any
+
+from skulk.services.runner import cpu_rope
 
 log = logging.getLogger("skulk.runner")
 
@@ -33,7 +35,8 @@ def enabled() -> bool:
 
 def install() -> int:
     """Put the fast attention and SwiGLU into every loaded mlx-lm model module that uses the
-    library's own; the number of modules changed (0 off the CPU or when disabled)."""
+    library's own, and the shared-angle rotary embedding into `nn.RoPE`; the number of
+    replacements made (0 off the CPU or when disabled)."""
     import mlx.core as mx
 
     if not enabled() or mx.default_device() != mx.cpu:
@@ -42,7 +45,7 @@ def install() -> int:
     import mlx_lm.models.base as base
 
     attention, swiglu = _kernels()
-    changed = 0
+    changed = int(cpu_rope.install())
     for name, module in list(sys.modules.items()):
         if not name.startswith("mlx_lm.models.") or module is None:
             continue
@@ -76,8 +79,11 @@ def _kernels() -> tuple[Any, Any]:
             return library_attention(queries, keys, values, cache, scale, mask, sinks)
         b, heads, length, dim = queries.shape
         kv_heads, span = keys.shape[1], keys.shape[2]
-        q = (queries * scale).reshape(b, kv_heads, heads // kv_heads, length, dim)
-        scores = q @ keys[:, :, None].swapaxes(-1, -2)  # b, kv, group, length, span
+        group = heads // kv_heads
+        # a query head's group and positions as rows: one (group * length, span) product per
+        # kv head, not `group` products against a broadcast copy of the keys
+        q = (queries * scale).reshape(b, kv_heads, group * length, dim)
+        scores = (q @ keys.swapaxes(-1, -2)).reshape(b, kv_heads, group, length, span)
         if isinstance(mask, str):  # "causal": query i sees keys up to its own position
             mask = mx.arange(span)[None] <= (mx.arange(length)[:, None] + (span - length))
         if mask is not None:
@@ -88,6 +94,7 @@ def _kernels() -> tuple[Any, Any]:
                 else scores + mask
         weights = exp_shifted(scores, mx.max(scores, axis=-1, keepdims=True))
         weights = weights / mx.sum(weights, axis=-1, keepdims=True)
-        return (weights @ values[:, :, None]).reshape(b, heads, length, values.shape[-1])
+        rows = weights.reshape(b, kv_heads, group * length, span)
+        return (rows @ values).reshape(b, heads, length, values.shape[-1])
 
     return attention, swiglu

@@ -120,7 +120,7 @@ class MlxEmbedEngine:
     def load(self) -> None:
         self.model, self.tokenizer, self.path = load_model(self.model_dir, None)
         if cpu_ops.install():
-            self.path += ", fast CPU attention and SwiGLU"
+            self.path += ", fast CPU attention, SwiGLU and RoPE"
         self.path += f", {self.pooling} pooling"
         args = getattr(self.model, "args", None)
         self.model_context = int(getattr(args, "max_position_embeddings", 0) or 0)

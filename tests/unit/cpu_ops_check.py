@@ -1,5 +1,6 @@
-"""Run as a script (mlx stays out of the pytest process): the runner's CPU attention and
-SwiGLU against mlx's own, over the masks and head layouts mlx-lm passes; prints JSON."""
+"""Run as a script (mlx stays out of the pytest process): the runner's CPU attention, SwiGLU
+and RoPE against mlx's own, over the masks, head layouts and offsets mlx-lm passes; prints
+JSON (the largest absolute difference per case)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,29 @@ def main() -> None:
             out[f"{b}x{heads}/{kv}x{length}x{span} {name}"] = mx.abs(ref - got).max().item()
     g, x = mx.random.normal((4, 7, 64)) * 4, mx.random.normal((4, 7, 64))
     out["swiglu"] = mx.abs(nn.silu(g) * x - qwen2.swiglu(g, x)).max().item()
+    out.update(rope_cases())
     print(json.dumps(out))
+
+
+def rope_cases() -> dict[str, float]:
+    """nn.RoPE (now the shared-angle path) against mx.fast.rope: int and per-row offsets, one
+    and several positions, inside a shared forward pass (two layers' calls) and outside one."""
+    from skulk.services.runner.cpu_rope import SharedAngles
+
+    out = {}
+    for dims, base, scale in ((8, 10000.0, 1.0), (64, 1e6, 0.5)):
+        rope = nn.RoPE(dims, base=base, scale=scale)
+        for b, heads, length in ((1, 4, 1), (3, 2, 5)):
+            for name, offset in (("int", 7), ("rows", mx.array([3, 0, 11][:b]))):
+                x = mx.random.normal((b, heads, length, dims))
+                ref = mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=offset)
+                with SharedAngles():
+                    layers = [rope(x, offset), rope(x * 2, offset)]
+                case = f"rope {dims}/{base:g}/{scale} {b}x{heads}x{length} {name}"
+                out[case] = mx.abs(ref - rope(x, offset)).max().item()
+                out[case + " shared"] = max(mx.abs(ref - layers[0]).max().item(),
+                                            mx.abs(ref * 2 - layers[1]).max().item())
+    return out
 
 
 if __name__ == "__main__":
