@@ -102,12 +102,17 @@ def wait_for_new_incarnation(home: Path, root_pid: int, wait_s: float, per_try_s
                           + (f" (last: {reply.message})" if reply else ""))
 
 
+RESTART_WAIT_S = 90.0
+
+
 def cmd_admin(ns: argparse.Namespace) -> int:
     from skulk.scripts.admin_client import NodeUnreachable, format_status, request
     from skulk.wire.control import AdminCommand
 
     home = _home(ns.home)
     verb = ns.verb.replace("-", "_")
+    if ns.wait is None:  # a whole-node restart drains first (node.drain_timeout_s, 30 s at most by default)
+        ns.wait = RESTART_WAIT_S if verb == "restart" and not ns.target else 30.0
     cmd = AdminCommand(verb=verb, target=ns.target or "", args=tuple(ns.args or ()),
                        supervisor=ns.supervisor or "",
                        timeout_s=ns.wait if verb == "wait" else 0.0)
@@ -218,7 +223,8 @@ def parser() -> argparse.ArgumentParser:
     adm.add_argument("--home")
     adm.add_argument("--supervisor", help="start-child/terminate-child: dynamic supervisor (runners)")
     adm.add_argument("--timeout", type=float, default=5.0, help="seconds per try")
-    adm.add_argument("--wait", type=float, default=30.0, help="wait/restart: seconds to wait for ready")
+    adm.add_argument("--wait", type=float, help="wait: seconds to wait for ready (30); restart: for the "
+                     "node to drain, restart and be ready again (90)")
     adm.add_argument("--json", action="store_true")
     adm.set_defaults(func=cmd_admin)
 

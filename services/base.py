@@ -230,8 +230,11 @@ class ServiceLoop:
             now = time.monotonic()
             timeout = max(0.0, self._timers[0][0] - now) if self._timers else 1.0
             for key, _ in self.poller.poll(0 if busy else int(timeout * 1000) + 1):
+                handler = self._handlers.get(key)
+                if handler is None:  # removed by a handler before it in this round (a link closed)
+                    continue
                 try:
-                    self._handlers[key](key)
+                    handler(key)
                 except WireError as exc:  # a bad frame is logged, never fatal
                     self._refusals.refuse("", exc, time.monotonic())
             now = time.monotonic()

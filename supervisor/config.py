@@ -52,6 +52,7 @@ class NodeConfig:
     liveness: int = 3
     ready_timeout_s: float = 15.0
     shutdown_s: float = 5.0
+    drain_timeout_s: float = 30.0  # an in-place restart waits this long at most for its runners' requests
     root_budget: Budget = field(default_factory=lambda: Budget(intensity=3, period_s=60.0))
     runners_budget: Budget = field(default_factory=lambda: Budget(intensity=5, period_s=30.0))
     warmup_deadline_s: float = 300.0
@@ -93,7 +94,8 @@ class NodeConfig:
 # yaml section -> {yaml key: (NodeConfig field, type)}
 _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "node": {"api_port": ("api_port", int), "cluster_port": ("cluster_port", int),
-             "listen": ("listen", str), "name": ("node_name", str)},
+             "listen": ("listen", str), "name": ("node_name", str),
+             "drain_timeout_s": ("drain_timeout_s", float)},
     "cluster": {"namespace": ("namespace", str), "bootstrap_peers": ("bootstrap_peers", list),
                 "peer_timeout_s": ("peer_timeout_s", float), "discovery_port": ("discovery_port", int),
                 "election_timeout_s": ("election_timeout_s", float),
@@ -284,6 +286,8 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("heartbeat interval must be > 0 and liveness >= 1")
     if min(cfg.ready_timeout_s, cfg.shutdown_s, cfg.warmup_deadline_s, cfg.group_connect_deadline_s) <= 0:
         raise ConfigError("timeouts must be > 0")
+    if not 0 <= cfg.drain_timeout_s <= 3600:
+        raise ConfigError("node.drain_timeout_s must be in 0..3600 (0: restart without draining)")
     if not 0 < cfg.recreate_backoff_s <= 60:
         raise ConfigError("runner.recreate_backoff_s must be in (0, 60]")
     for budget in (cfg.root_budget, cfg.runners_budget):

@@ -1,6 +1,8 @@
 """Admin verbs applied to the tree. Signals map onto the same verbs (one code path).
 
-SIGTERM / SIGINT -> `stop` (orderly, exit 0); SIGHUP -> `restart` of the whole node (execv).
+SIGTERM / SIGINT -> `stop` (orderly, exit 0); SIGHUP -> `restart` of the whole node (execv; the
+admin verb drains first, the signal does not: `drain.py`). `drained` is the node's master
+telling the root that a restart's drain is over (nothing left in flight).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from skulk.supervisor.supervisor import Supervisor, WorkerSlot
 from skulk.wire.control import AdminCommand, AdminReply
 
-VERBS = ("status", "restart", "stop", "wait", "start_child", "terminate_child")
+VERBS = ("status", "restart", "stop", "wait", "start_child", "terminate_child", "drained")
 
 SIGNAL_VERBS: dict[int, str] = {
     signal.SIGTERM: "stop",
@@ -33,7 +35,8 @@ class Waiter:
 
 @dataclass(frozen=True, slots=True)
 class NodeVerb:
-    """A verb that ends the loop: `stop` (exit 0) or `restart` (execv in place)."""
+    """A verb about the whole node, carried out by the loop: `stop` (exit 0), `restart` (drain,
+    then execv in place) or `drained` (the drain is over)."""
 
     verb: str
 
@@ -43,9 +46,10 @@ def reply(root: Supervisor, now: float, ok: bool, message: str) -> AdminReply:
                       children=tuple(root.status(now)))
 
 
-def satisfied(root: Supervisor, target: str, min_restarts: int) -> bool:
-    """`wait`: the target (or every worker of the tree) is running, restarted enough."""
-    if root.terminating:
+def satisfied(root: Supervisor, target: str, min_restarts: int, restarting: bool = False) -> bool:
+    """`wait`: the target (or every worker of the tree) is running, restarted enough. Never while
+    the node stops or drains for a restart (`restarting`): the caller waits for the new image."""
+    if root.terminating or restarting:
         return False
     if target:
         found = root.find(target)
@@ -57,7 +61,7 @@ def satisfied(root: Supervisor, target: str, min_restarts: int) -> bool:
 
 
 def apply(cmd: AdminCommand, root: Supervisor, envelope: list[bytes],
-          now: float) -> AdminReply | Waiter | NodeVerb:
+          now: float, restarting: bool = False) -> AdminReply | Waiter | NodeVerb:
     """Carry out one admin command; errors come back as `ok=False` with a reason."""
     if cmd.verb not in VERBS:
         return reply(root, now, False, f"unknown verb {cmd.verb!r} (known: {', '.join(VERBS)})")
@@ -66,11 +70,13 @@ def apply(cmd: AdminCommand, root: Supervisor, envelope: list[bytes],
     if cmd.verb == "wait":
         if cmd.target and root.find(cmd.target) is None:
             return reply(root, now, False, f"no child named {cmd.target!r}")
-        if satisfied(root, cmd.target, cmd.min_restarts):
+        if satisfied(root, cmd.target, cmd.min_restarts, restarting):
             return reply(root, now, True, "ready")
         return Waiter(envelope, cmd.target, cmd.min_restarts, now + max(cmd.timeout_s, 0.0))
-    if cmd.verb in ("stop", "restart") and not cmd.target:
+    if cmd.verb in ("stop", "restart", "drained") and not cmd.target:
         return NodeVerb(cmd.verb)
+    if cmd.verb == "drained":
+        return reply(root, now, False, "drained takes no target")
     if cmd.verb == "stop":
         return reply(root, now, False, "stop takes no target; use terminate_child for runners")
     if cmd.verb == "restart":

@@ -3,6 +3,8 @@
 Signal handlers only record (the wakeup fd carries the signal number); the loop turns
 signals into admin verbs, reaps exited children, feeds ready/heartbeat messages to the tree,
 answers the control socket and runs the watchdog. The poll timeout is the next deadline.
+A whole-node restart drains first (`drain.py`): the tree keeps running until the node's master
+says `drained` or the drain deadline passes, then stops and execs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import zmq
 
 from skulk.supervisor import control
+from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
 from skulk.supervisor.child import ChildProcess
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
@@ -45,6 +48,7 @@ class NodeLoop:
         self.exit_code: int | None = None
         self.after_stop = "exit"  # or "exec"
         self.waiters: list[control.Waiter] = []
+        self.drain: node_drain.Drain | None = None  # a restart waiting for the node's requests to end
         self._announced_ready = False
         self._started_at = time.monotonic()
 
@@ -102,6 +106,7 @@ class NodeLoop:
                     self._drain_notify(now)
                 if self.control in ready:
                     self._drain_control(now)
+                self._drain_tick(now)
                 self.root.tick(now)
                 self._serve_waiters(now)
                 self._announce(now)
@@ -120,6 +125,7 @@ class NodeLoop:
 
     def _timeout_ms(self) -> int:
         times = [t for t in (self.root.next_deadline(),
+                             node_drain.next_deadline(self.drain) if self.drain else None,
                              *(w.deadline for w in self.waiters)) if t is not None]
         # Never sleep longer than one heartbeat: a freeze of this process (SIGSTOP, suspend)
         # then always shows up as an oversleep, even when it happened inside the poll.
@@ -139,16 +145,47 @@ class NodeLoop:
                     log.info("signal %s: the node is already stopping", name)
                     continue
                 log.info("signal %s -> %s", name, verb)
-                self._node_verb(verb, now, f"signal {name}")
+                # SIGHUP restarts at once, a drain under way included: a closed terminal sends it
+                # to the whole group, whose processes stop on it by themselves (`exits.py`).
+                self._node_verb(verb, now, f"signal {name}", drain=False)
 
-    def _node_verb(self, verb: str, now: float, why: str = "") -> None:
-        if self.root.terminating:
+    def _node_verb(self, verb: str, now: float, why: str = "", drain: bool = True) -> None:
+        """`stop` or `restart` of the whole node (callers refuse a second one). A restart drains
+        first (`drain`: the admin verb; not SIGHUP); a stop, or a restart that does not drain,
+        during that drain stops at once."""
+        if self.root.terminating or (self.drain is not None and verb == "restart" and drain):
             return
         why = why or f"admin {verb}"
         self.after_stop = "exec" if verb == "restart" else "exit"
-        # Told before any child stops: the master tells the leader to keep this node while it
-        # restarts in place (its children are stopped in reverse order, the master late).
+        # Told before any child stops: the master has the leader mark this node restarting
+        # (routing sends it nothing new, the node and its instances are kept while it is away)
+        # and says when the drain is over; a stop clears that mark.
         self._emit("node", self.spec.id, "restarting" if verb == "restart" else "stopping", None, 0, why)
+        if verb == "restart" and drain and self.drain is None:
+            self.drain = node_drain.begin(now, self.cfg.drain_timeout_s)
+            if self.drain is not None:
+                log.info("%s: draining first: the tree stops once the node's requests have ended, "
+                         "at most %gs from now (node.drain_timeout_s)", why, self.cfg.drain_timeout_s)
+                return
+        self.drain = None
+        self.root.stop(now, reason=why)
+
+    def _drain_tick(self, now: float) -> None:
+        if self.drain is None or self.root.terminating:
+            return
+        if node_drain.expired(self.drain, now):
+            log.warning("drain deadline (%gs, node.drain_timeout_s) passed with requests still in "
+                        "flight; restarting anyway", self.cfg.drain_timeout_s)
+            self._drained(now, "restart: drain deadline passed")
+        elif node_drain.announce_due(self.drain, now):
+            self.drain = node_drain.announced(self.drain, now)
+            self._emit("node", self.spec.id, "restarting", None, 0,
+                       f"draining, {self.drain.deadline - now:.0f}s left")
+
+    def _drained(self, now: float, why: str) -> None:
+        took = now - self.drain.started if self.drain else 0.0
+        self.drain = None
+        log.info("%s after %.2fs; stopping the tree to restart in place", why, took)
         self.root.stop(now, reason=why)
 
     def _see_exits(self) -> None:
@@ -192,11 +229,18 @@ class NodeLoop:
                 send_routed(self.control, envelope, control.reply(
                     self.root, now, False, f"expected an AdminCommand, got {msg.TYPE}"))
                 continue
-            result = control.apply(msg, self.root, envelope, now)
+            result = control.apply(msg, self.root, envelope, now, self.drain is not None)
             if isinstance(result, control.Waiter):
                 self.waiters.append(result)
+            elif isinstance(result, control.NodeVerb) and result.verb == "drained":
+                draining = self.drain is not None and not self.root.terminating
+                send_routed(self.control, envelope, control.reply(
+                    self.root, now, draining, "drained: restarting" if draining else "no drain under way"))
+                if draining:
+                    self._drained(now, "restart: the node's requests have ended")
             elif isinstance(result, control.NodeVerb):
-                if self.root.terminating:  # a second restart/stop while one is under way
+                # a second restart/stop while one is under way (a stop may cut a drain short)
+                if self.root.terminating or (self.drain is not None and result.verb == "restart"):
                     send_routed(self.control, envelope, control.reply(
                         self.root, now, False, f"{self.after_stop} already pending"))
                     continue
@@ -209,7 +253,7 @@ class NodeLoop:
     def _serve_waiters(self, now: float) -> None:
         still: list[control.Waiter] = []
         for w in self.waiters:
-            if control.satisfied(self.root, w.target, w.min_restarts):
+            if control.satisfied(self.root, w.target, w.min_restarts, self.drain is not None):
                 send_routed(self.control, w.envelope, control.reply(self.root, now, True, "ready"))
             elif now >= w.deadline:
                 send_routed(self.control, w.envelope, control.reply(

@@ -56,7 +56,8 @@ def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) ->
     if role == "master":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port + 1), "--node-id", node_id,
                 "--election-timeout", repr(cfg.election_timeout_s),
-                "--recreate-backoff", repr(cfg.recreate_backoff_s), "--config-file", str(config_file(cfg)),
+                "--recreate-backoff", repr(cfg.recreate_backoff_s), "--drain-timeout", repr(cfg.drain_timeout_s),
+                "--config-file", str(config_file(cfg)),
                 "--tracing-enabled", str(int(cfg.tracing_enabled)),
                 *(a for m in cfg.place for a in ("--place", m)))
     if role == "store":

@@ -138,6 +138,12 @@ def active() -> ClusterKeys | None:
     return _active
 
 
+def rotating() -> bool:
+    """More than one key in this process's file: a rotation is under way, and a peer may present
+    any of them (a link that fails its handshake is worth dialling again, with a probe)."""
+    return _active is not None and len(_active.keys) > 1
+
+
 class _Authenticator(zmq.auth.thread.ThreadAuthenticator):
     """ZAP: admit a CURVE client whose long-term key is one of the cluster's; a refusal is
     logged once per peer address."""
@@ -206,37 +212,68 @@ def secure_client(sock: zmq.Socket[Any], server_key: bytes | None = None) -> Non
     sock.curve_serverkey = server_key or keys.current.public
 
 
-def connect(sock: zmq.Socket[Any], endpoint: str) -> None:
+def connect(sock: zmq.Socket[Any], endpoint: str, redials: bool = False) -> None:
     """Connect a client socket. During a rotation (more than one key in the file) the server may
     present any of them: a short probe finds the one it holds first (`probe_server_key`), so the
     real socket has one connection with ordinary ZeroMQ semantics. A peer that switches later
     fails its handshakes; the roles drop and re-make a link that stopped working, which probes
-    again."""
+    again. `redials`: the caller re-makes this link when its handshake fails (`redial_due`), so
+    the probe does not wait for a server that is not listening (yet), and waits less for one
+    that does not answer: it runs in a loop that must keep its peers' liveness (gossip's hellos,
+    the master's announces)."""
     keys = _active
     if keys is None or not endpoint.startswith("tcp://"):  # node-local IPC stays plain
         sock.connect(endpoint)
         return
-    secure_client(sock, probe_server_key(sock.context, endpoint, keys) if len(keys.keys) > 1 else None)
+    server_key = None
+    if len(keys.keys) > 1:
+        server_key = probe_server_key(sock.context, endpoint, keys, REDIAL_PROBE_S, give_up_refused=True) \
+            if redials else probe_server_key(sock.context, endpoint, keys)
+    secure_client(sock, server_key)
     sock.connect(endpoint)
 
 
 _HANDSHAKE = zmq.EVENT_HANDSHAKE_SUCCEEDED
+HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+"""What a client socket's monitor reports when the server refused its handshake."""
+REDIAL_MIN_S = 1.0
+"""Least time between two re-dials of one link (a stranger's port refuses every key)."""
+REDIAL_PROBE_S = 0.25
+"""A redialling caller's probe per key: a handshake on a LAN takes milliseconds, and its loop
+must keep beating (gossip says hello every 0.25 s; a peer silent for 1.5 s is gone)."""
 
 
-def probe_server_key(ctx: Any, endpoint: str, keys: ClusterKeys, timeout_s: float = PROBE_S) -> bytes:
+def redial_due(rotating: bool, last: float | None, now: float) -> bool:
+    """Whether a dialled link whose handshake just failed is re-made: closed, then dialled again,
+    probing the key its server presents (pure). Only during a rotation (`rotating()`): the peer
+    restarted onto another current key, or was not listening yet when it was probed, and zmq's
+    own reconnects would present the stale server key forever (a link the role keeps, such as a
+    bootstrap peer's, would never carry a message again). With one key there is nothing else
+    to try."""
+    return rotating and (last is None or now - last >= REDIAL_MIN_S)
+
+
+def probe_server_key(ctx: Any, endpoint: str, keys: ClusterKeys, timeout_s: float = PROBE_S,
+                     give_up_refused: bool = False) -> bytes:
     """The file's key this endpoint's server presents (the current one when none answers in
-    time: a peer that is down is not a reason to wait longer)."""
+    time: a peer that is down is not a reason to wait longer). `give_up_refused`: a refused
+    connection (nothing listens there) ends the probe at once, with the current key."""
     for pair in keys.keys:
         probe = ctx.socket(zmq.DEALER)
         probe.setsockopt(zmq.LINGER, 0)
         monitor = probe.get_monitor_socket(_HANDSHAKE | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                                            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                                           | zmq.EVENT_DISCONNECTED)
+                                           | zmq.EVENT_DISCONNECTED
+                                           | (zmq.EVENT_CONNECT_RETRIED if give_up_refused else 0))
         try:
             secure_client(probe, pair.public)
             probe.connect(endpoint)
-            if monitor.poll(int(timeout_s * 1000)) and recv_monitor_message(monitor)["event"] == _HANDSHAKE:
+            event = recv_monitor_message(monitor)["event"] if monitor.poll(int(timeout_s * 1000)) else None
+            if event == _HANDSHAKE:
                 return pair.public
+            if event == zmq.EVENT_CONNECT_RETRIED:
+                break  # refused: nobody listens there (yet); the caller redials when it fails
         finally:
             probe.disable_monitor()
             monitor.close(0)

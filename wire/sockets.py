@@ -34,7 +34,10 @@ def make_socket(
     bind: str | None = None,
     connect: str | None = None,
     subscribe: tuple[bytes, ...] = (),
+    redials: bool = False,
 ) -> zmq.Socket[Any]:
+    """A socket with the house options (`redials`: the caller re-makes a connected link whose
+    CurveZMQ handshake fails, `curve.connect`)."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)  # callers that must flush one last message close with linger
     sock.setsockopt(zmq.SNDHWM, hwm)
@@ -51,7 +54,7 @@ def make_socket(
                 curve.secure_server(sock)  # with a cluster key: CurveZMQ server + ZAP (wire/curve.py)
             sock.bind(bind)
         if connect:
-            curve.connect(sock, connect)
+            curve.connect(sock, connect, redials=redials)
     except zmq.ZMQError:
         sock.close(0)
         raise

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from skulk.services.api import failover
 from skulk.services.api.chat_request import DEFAULT_MAX_TOKENS
 from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
 from skulk.services.api.metering import ApiShape, StreamMeter
@@ -188,9 +189,9 @@ class Generation:
         limit = self.context_limit(params.model)
         default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
         params = context_checked(params, limit)
-        cmd = TextGeneration(command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params)
-        try:
-            routed = self.gateway.command(cmd)
+        try:  # asked again while the leader changes (a rolling restart): `failover.py`
+            routed = failover.route(self.gateway, lambda: TextGeneration(
+                command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params))
         except MasterUnavailable as exc:
             raise GenerationError(503, RejectReason.NO_LEADER, str(exc)) from None
         if isinstance(routed, CommandRejected):

@@ -158,7 +158,8 @@ ROUTES: tuple[Route, ...] = (
     Route("/node_id", lambda d: node_id.NodeIdResource(d.node_id), {
         "GET": Op("This node's id (a JSON string)", ok=node_id.NODE_ID)}, "cluster", scope=INFERENCE),
     Route("/health", lambda d: health.HealthResource(d.runner_view, d.version), {
-        "GET": Op("Idle or busy (a runner of this node generating), and the version", ok=health.HEALTH)},
+        "GET": Op("Idle or busy (a runner of this node generating), and the version; 503 draining while "
+                  "the node restarts in place", ok=health.HEALTH, other={503: health.DRAINING})},
           "cluster", scope=PUBLIC),
     Route("/metrics", lambda d: MetricsResource(d.replica, d.gateway, d.staging_root), {
         "GET": Op("This node's Prometheus metrics (text format 0.0.4)", ok=METRICS, media="text/plain")},

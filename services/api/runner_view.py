@@ -11,6 +11,12 @@ silent for `FORGET_AFTER_S` that is no longer placed on this node is forgotten.
 Nodes are remembered from gossip's `Membership` for `REMEMBER_NODE_S` after they were last
 live, so a node that was just killed (and is already gone from the replicated state) is still
 asked by the cluster views and listed as unreachable instead of silently vanishing.
+
+The root supervisor's notice that the node restarts in place (`ChildLifecycle` of `node`,
+`restarting`: sent when its drain begins and every 2 s while it lasts) marks this API process as
+the old image's: `/health` says `draining` from then on, until the process ends with the tree.
+The replicated mark (`restartingNodes`) would not do: it outlives the restart until the new
+image clears it, while the new API already serves.
 """
 
 from __future__ import annotations
@@ -28,11 +34,11 @@ import zmq
 
 from skulk.wire import endpoints
 from skulk.wire.cluster import Membership
-from skulk.wire.events import RunnerReport
+from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.flight import FlightEntry
 from skulk.wire.sockets import drain, make_socket, recv_published
 from skulk.wire.state import NodeInfo
-from skulk.wire.topics import EVT_CLUSTER, EVT_FLIGHT, EVT_RUNNER
+from skulk.wire.topics import EVT_CLUSTER, EVT_FLIGHT, EVT_RUNNER, EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.api.runner_view")
 
@@ -43,6 +49,8 @@ FORGET_AFTER_S = 300.0
 REMEMBER_NODE_S = 300.0
 """A node gossip stopped listing is still asked (and shown unreachable) for this long."""
 PRUNE_EVERY_S = 30.0
+NODE = "node"
+"""The root supervisor's `ChildLifecycle.child_id` for the whole node (restarting, stopping)."""
 
 
 @dataclass
@@ -70,6 +78,7 @@ class RunnerView:
         self._lock = threading.Lock()
         self._runners: dict[str, RunnerSeen] = {}
         self._nodes: dict[str, tuple[NodeInfo, float]] = {}
+        self._restarting = False  # the node's restart (drain) has begun: this process goes with it
         self._thread: threading.Thread | None = None
 
     # ---- updates ------------------------------------------------------------------------------
@@ -90,6 +99,8 @@ class RunnerView:
             elif isinstance(msg, Membership):
                 for member in msg.members:
                     self._nodes[member.info.node_id] = (member.info, now)
+            elif isinstance(msg, ChildLifecycle) and msg.child_id == NODE and msg.event == "restarting":
+                self._restarting = True
 
     def prune(self, now: float) -> None:
         """Forget runners gone for good and nodes not live for a long while."""
@@ -107,6 +118,11 @@ class RunnerView:
         with self._lock:
             return {rid: seen.copy() for rid, seen in self._runners.items()}
 
+    def restarting(self) -> bool:
+        """The node restarts in place (it drains now); never cleared: the new image has a new API."""
+        with self._lock:
+            return self._restarting
+
     def nodes(self) -> dict[str, tuple[NodeInfo, float]]:
         """Every node seen live within `REMEMBER_NODE_S`: its last info and when (wall clock)."""
         with self._lock:
@@ -121,7 +137,8 @@ class RunnerView:
     def _run(self, run_dir: Path) -> None:
         ctx: zmq.Context[Any] = zmq.Context.instance()
         sub = make_socket(ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(run_dir),
-                          subscribe=(EVT_RUNNER.prefix, EVT_FLIGHT.prefix, EVT_CLUSTER.prefix))
+                          subscribe=(EVT_RUNNER.prefix, EVT_FLIGHT.prefix, EVT_CLUSTER.prefix,
+                                     EVT_SUPERVISOR.prefix + NODE.encode()))
         prune_at = time.monotonic() + PRUNE_EVERY_S
         while True:
             try:

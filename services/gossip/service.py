@@ -24,6 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 from skulk.services.base import ServiceLoop
 from skulk.services.gossip.names import Clash, Named, judge
 from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
+from skulk.wire import curve
 from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import UnexpectedMessage, WireError
 from skulk.wire.refusals import Refusals, peer_of
@@ -77,6 +78,8 @@ class Gossip:
                                   bind=f"tcp://{ns.listen}:{ns.port}")
         self.dealers: dict[str, zmq.Socket[Any]] = {}
         self.monitors: dict[str, zmq.Socket[Any]] = {}
+        self.redial: set[str] = set()  # dialled endpoints whose handshake failed: re-made at the next hello
+        self.redialled: dict[str, float] = {}  # endpoint -> when it was last re-made (monotonic)
         self.bootstrap = {p for p in ns.peers.split(",") if p}
         self.learned: dict[str, float] = {}  # endpoint -> until (monotonic), from peers or UDP
         self.started = time.time()
@@ -105,11 +108,17 @@ class Gossip:
         msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,
                         master_port=self.ns.master_port, known=tuple(sorted(self.table.endpoints())),
                         started=self.ns.started)
+        for endpoint in self.redial & set(self.dealers):  # re-made below, probing the server's key
+            log.info("gossip: handshake with %s failed during a key rotation; dialling it again", endpoint)
+            self.unwatch(endpoint)
+            self.dealers.pop(endpoint).close(0)
+            self.redialled[endpoint] = time.monotonic()
+        self.redial.clear()
         for endpoint in sorted(self.bootstrap | set(self.learned) | self.table.endpoints()):
             sock = self.dealers.get(endpoint)
             if sock is None:
                 sock = make_socket(self.loop.ctx, zmq.DEALER, hwm=10, max_msg_bytes=MAX_PEER_FRAME,
-                                   connect=f"tcp://{endpoint}")
+                                   connect=f"tcp://{endpoint}", redials=True)
                 self.dealers[endpoint] = sock
                 self.watch(endpoint, sock)
             try:
@@ -195,10 +204,11 @@ class Gossip:
         for endpoint in [e for e in self.dealers if e not in live]:
             self.unwatch(endpoint)
             self.dealers.pop(endpoint).close(0)
+            self.redialled.pop(endpoint, None)
 
     # ---- TCP link monitoring -----------------------------------------------------------------
     def watch(self, endpoint: str, sock: zmq.Socket[Any]) -> None:
-        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | curve.HANDSHAKE_FAILED)
         self.monitors[endpoint] = monitor
         self.loop.add_reader(monitor, lambda m: self.on_monitor(endpoint, m))
 
@@ -215,6 +225,9 @@ class Gossip:
                 event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if event["event"] & curve.HANDSHAKE_FAILED and endpoint not in self.redial and curve.redial_due(
+                    curve.rotating(), self.redialled.get(endpoint), time.monotonic()):
+                self.redial.add(endpoint)  # not here: this very monitor is being read
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 node_id = self.table.disconnected(endpoint, time.monotonic(), DISCONNECT_GRACE_S)
                 if node_id is not None:

@@ -1,16 +1,19 @@
 """This node's own facts for the leader: its runners' statuses (from their reports and from
 process exits), its copies' download progress (from the worker), its in-place restart. Indexed
-at once when this node leads, else sent as a `LocalEvent` (and re-sent until indexed). A mixin
-of `Master`."""
+at once when this node leads, else sent as a `LocalEvent` (and re-sent until indexed). And the
+drain before that restart: once nothing is left in flight here (`drain.py`), the node's
+supervisor is told to go on (`drained`). A mixin of `Master`."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
 import zmq
 
+from skulk.services.master.drain import DrainWait, Pending, pending
 from skulk.services.master.failures import process_ended
 from skulk.services.master.recovery import runner_failed
 from skulk.wire.catalog import CatalogReport, NodeCatalogUpdated, catalog_key
@@ -19,6 +22,8 @@ from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.staging import DownloadProgress, DownloadReport, NodeDownloadUpdated
 from skulk.wire.sockets import drain, recv_published, send
 from skulk.wire.state import RESTART_GRACE_S, NodeRestarting, RunnerStatus, RunnerStatusUpdated
+
+log = logging.getLogger("skulk.master")
 
 
 class LocalFacts:
@@ -34,8 +39,11 @@ class LocalFacts:
                 self.local_runners[msg.child_id] = status
                 self.runner_fact(msg.child_id, status)
             elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == "restarting":
-                self.leaving = True  # kept by the leader, with its instances, while gossip does not hear it
-                self.local_fact(NodeRestarting(node_id=self.node_id, until=time.time() + RESTART_GRACE_S))
+                self.restart_announced()
+            elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == "stopping" \
+                    and self.leaving:  # a stop cut the drain short: the node is not coming back
+                self.leaving, self.leaving_until = False, 0.0
+                self.local_fact(NodeRestarting(node_id=self.node_id, until=0.0))
             elif isinstance(msg, Membership) and msg.node_id == self.node_id:
                 self.membership(msg)
             elif isinstance(msg, DownloadReport):
@@ -77,6 +85,37 @@ class LocalFacts:
                 and (previous is None or previous.kind != "RunnerFailed"):  # delete, re-create later
             self.emit(runner_failed(self.state, event.runner_id, event.status, time.time(),
                                     self.policy))
+
+    def restart_announced(self) -> None:
+        """The supervisor restarts this node in place (it repeats the notice while it drains).
+        The leader keeps the node and its instances while gossip does not hear it: for the
+        longest drain, then the restart's grace."""
+        if self.leaving:
+            return
+        self.leaving = True
+        self.leaving_until = time.time() + self.ns.drain_timeout + RESTART_GRACE_S
+        self.drain_waits = Pending(DrainWait.NOT_MARKED)
+        log.info("this node restarts in place: asking the leader to mark it restarting")
+        self.local_fact(NodeRestarting(node_id=self.node_id, until=self.leaving_until))
+
+    def mark_again(self) -> None:
+        """Every second while restarting: the mark again, until the leader has it (a follower's
+        `LocalEvent` can be lost, say in an election)."""
+        if self.leaving and self.leaving_until and self.node_id not in self.state.restarting:
+            self.local_fact(NodeRestarting(node_id=self.node_id, until=self.leaving_until))
+
+    def check_drain(self) -> None:
+        """While the restart drains: log what it waits for, and once nothing is left in flight,
+        tell the supervisor (once)."""
+        if not self.leaving or self.drain_told or self.ns.drain_timeout <= 0:
+            return
+        waits = pending(self.state, self.node_id, self.loads.loads)
+        if waits != self.drain_waits:
+            self.drain_waits = waits
+            log.info("drain: %s", f"waiting: {waits.reason.value} ({waits.count})" if waits and waits.count
+                     else f"waiting: {waits.reason.value}" if waits else "nothing left in flight")
+        if waits is None:
+            self.drain_told = self.restarter.drained()
 
     def back_from_restart(self) -> None:
         """The new image clears its node's restart mark (routing and the runner plan wait for it)."""

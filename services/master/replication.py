@@ -38,7 +38,9 @@ def seed(previous: State, session: str, node_id: str, tracing_default: bool = Fa
 def carried_over(saved: State, node_id: str, age_s: float, max_age_s: float = 120.0) -> State | None:
     """The state a node saved at an orderly stop, if it is this node's own and recent (an
     in-place restart): instances and nodes carry over; runner statuses and tasks do not (the
-    runners are new processes and report again)."""
+    runners are new processes and report again). Its index is dropped (-1): the live nodes that
+    elected a leader while this one restarted know more (the runners' statuses), so in a campaign
+    (`election.py`: clock, then last index) this node never outranks one of them with its file."""
     if saved.master_node_id != node_id or age_s > max_age_s:
         return None
-    return replace(saved, runners={}, tasks={})
+    return replace(saved, runners={}, tasks={}, last_event_applied_idx=-1)

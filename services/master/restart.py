@@ -1,6 +1,7 @@
-"""The master's one use of its node's supervisor: `POST /admin/restart` of this node. A second
-ask while the first is under way is upstream's 409 (this process is replaced by the restart,
-so the flag lives exactly as long as it must)."""
+"""The master's uses of its node's supervisor: `POST /admin/restart` of this node, and telling
+it that the restart's drain is over (`drained`, `drain.py`). A second restart asked while the
+first is under way is upstream's 409 (this process is replaced by the restart, so the flag
+lives exactly as long as it must)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ class NodeRestart:
         send(self.sup, AdminCommand(verb="restart"), flags=zmq.NOBLOCK)
         self.asked = True
         return CommandAccepted(command_id=command_id, message="restarting")
+
+    def drained(self) -> bool:
+        """Tell the supervisor the drain is over; False when the message could not go yet."""
+        try:
+            send(self.sup, AdminCommand(verb="drained"), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
 
     def drain(self, sock: zmq.Socket[Any]) -> None:
         """The supervisor's replies: nothing to do with them."""

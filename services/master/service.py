@@ -19,6 +19,7 @@ import zmq
 
 from skulk.services.base import ServiceLoop
 from skulk.services.master.desk import CommandDesk
+from skulk.services.master.drain import Pending
 from skulk.services.master.election import BOOT_WAIT_S, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.failures import RecoveryPolicy
 from skulk.services.master.following import Following
@@ -68,6 +69,9 @@ class Master(Leading, Following, LocalFacts):
         self.loads = RunnerLoads()
         self.boot_places: list[str] = list(ns.place)
         self.leaving = False  # our node is restarting in place (this process is the old image)
+        self.leaving_until = 0.0  # the mark's `until` asked for (wall clock)
+        self.drain_waits: Pending | None = None  # what the restart's drain waits for (`drain.py`)
+        self.drain_told = False  # the supervisor knows the drain is over
         self.policy = RecoveryPolicy(backoff_s=ns.recreate_backoff)
         self.deposed: State | None = None  # our state as leader, until the winner's arrives
         self.saved_path = loop.rt.args.run_dir / "master-state.bin"
@@ -236,6 +240,7 @@ class Master(Leading, Following, LocalFacts):
 
     def tick(self) -> None:
         now = time.monotonic()
+        self.peers.tick()
         self.act(self.election.tick(now, self.state.last_event_applied_idx))
         if self.election.is_leader:
             if now >= self.announce_due:
@@ -249,6 +254,7 @@ class Master(Leading, Following, LocalFacts):
         for envelope, rejected in self.desk.expired(now):
             self.answer(envelope, rejected)
         self.recreate_due()
+        self.check_drain()
 
     def every_second(self) -> None:
         self.publish_head()
@@ -256,6 +262,7 @@ class Master(Leading, Following, LocalFacts):
         self.loads.forget(set(self.state.runners))
         self.refresh_nodes()
         self.back_from_restart()
+        self.mark_again()
         live = {r for i in self.state.instances.values() for r in i.runner_to_shard}
         self.local_runners = {r: st for r, st in self.local_runners.items() if r in live}  # gone with their instance
         if not self.election.is_leader:  # re-send local facts the leader has not indexed yet
@@ -274,6 +281,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--node-id", required=True)
     p.add_argument("--election-timeout", type=float, default=3.0)
     p.add_argument("--recreate-backoff", type=float, default=0.5)
+    p.add_argument("--drain-timeout", type=float, default=0.0)  # node.drain_timeout_s (0: no drain)
     p.add_argument("--place", action="append", default=[])
     p.add_argument("--tracing-enabled", type=int, choices=(0, 1), default=0)  # a new cluster's first switch
     p.add_argument("--config-file", default="")  # the node's skulk.yaml (kept equal to the cluster's)

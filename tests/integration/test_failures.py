@@ -1,6 +1,7 @@
 """Runner failures with fault injection: a wedged warmup and a crash loop delete the instance
 loudly while clients keep asking (each gets an immediate answer); the node keeps serving.
-In-place restarts of this node and of a peer; keep-alives and the stall timeout."""
+In-place restarts of this node (drained: its streams finish) and of a peer; keep-alives and the
+stall timeout."""
 
 from __future__ import annotations
 
@@ -80,24 +81,34 @@ def test_a_crash_loop_deletes_the_instance_and_says_why(nodes, demo_model):
     assert all(c.restarts == 0 for c in node.status().values() if c.supervisor == "root")
 
 
-def test_post_admin_restart_replaces_the_node_in_place_and_serves_again(nodes, demo_model):
+def test_post_admin_restart_drains_then_replaces_the_node_in_place_and_serves_again(nodes, demo_model):
+    """Streams running on the node's runner when `POST /admin/restart` arrives finish with every
+    token and their finish reason: the node drains (its `/health` says so with a 503) and only
+    then stops and execs; it comes back with the same PID and node id and serves again."""
     from tests.integration.serving import wait_model_ready
 
+    max_tokens = 1000
     node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
     wait_model_ready(node)
     _, before = http_json(f"{node.url}/state")
     (iid,) = before["instances"]
     _, node_id = http_json(f"{node.url}/node_id")
     old_api = node.status()["api"].pid
-    streams = StreamLoad("127.0.0.1", node.api_port, [chat_body(MODEL, "Go on and on.", 1000) for _ in range(3)],
-                         read_timeout=30).start()
-    assert streams.wait_for(lambda outs: any(o.tokens for o in outs), 60)
+    streams = StreamLoad("127.0.0.1", node.api_port, [chat_body(MODEL, "Go on and on.", max_tokens)
+                                                      for _ in range(3)], read_timeout=60).start()
+    assert streams.wait_for(lambda outs: all(o.tokens for o in outs), 60)
     t0 = time.monotonic()
     status, body = http_json(f"{node.url}/admin/restart", b"")
     assert status == 200 and body == {"status": "restarting", "node_id": node_id}
-    outcomes = streams.join(30)
-    print(f"streams in flight during POST /admin/restart:\n{summary(outcomes, t0)}")
-    assert all(o.error and o.error.startswith("Runner shutdown before completing command") for o in outcomes)
+    health = wait_until(node, lambda: (h := http_json(f"{node.url}/health"))[0] == 503 and h, 10,
+                        "/health says draining")
+    running = sum(not o.done for o in streams.outcomes)
+    assert health[1]["status"] == "draining"
+    outcomes = streams.join(60)
+    print(f"streams in flight during POST /admin/restart ({running} still running when /health said "
+          f"draining):\n{summary(outcomes, t0)}")
+    assert all(o.done and o.error is None and o.finish_reason == "length" and o.tokens == max_tokens
+               for o in outcomes), summary(outcomes, t0)
 
     def back():
         try:
@@ -107,15 +118,69 @@ def test_post_admin_restart_replaces_the_node_in_place_and_serves_again(nodes, d
         return reply.ok and reply.root_pid == node.pid and {c.id: c for c in reply.children}["api"].pid != old_api
 
     wait_until(node, back, 60, "node back in place")
+    supervisor_log = (node.home / "logs" / "supervisor.log").read_text()
+    assert "restart: the node's requests have ended after" in supervisor_log  # not the drain deadline
+    master_log = (node.home / "logs" / "master.log").read_text()
+    assert "drain: waiting: requests still running on this node's instances" in master_log  # it waited
     wait_model_ready(node)
     took = time.monotonic() - t0
     _, after = http_json(f"{node.url}/state")
-    print(f"POST /admin/restart: same pid {node.pid}, same node id, instance served again {took:.2f}s later")
+    print(f"POST /admin/restart: drained, same pid {node.pid}, same node id, instance served again "
+          f"{took:.2f}s later")
     assert http_json(f"{node.url}/node_id")[1] == node_id and iid in after["instances"]
+    wait_until(node, lambda: http_json(f"{node.url}/health")[0] == 200, 10, "/health back to 200")
     ok, _ = http_json(f"{node.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "back?"}]})
     assert ok == 200 and node.proc.poll() is None
     assert http_json(f"{node.url}/admin/restart?node_id=nobody", b"")[0] == 404
+
+
+def test_a_drain_ends_at_its_deadline_and_a_stop_cuts_it_short(nodes, demo_model):
+    """A request that does not finish (its runner stalls in a decode step for 6 s) holds a
+    restart's drain only until `node.drain_timeout_s` (1.5 s here): the node restarts anyway.
+    During the next drain an orderly stop stops the node at once, exit 0."""
+    from tests.integration.serving import wait_model_ready
+
+    node = nodes(config={"node": {"drain_timeout_s": 1.5}}, env={"SKULK_FAULTS": "runner@decode:8=slow:6"},
+                 args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    wait_model_ready(node)
+    log = node.home / "logs" / "supervisor.log"
+
+    def stalled_stream() -> StreamLoad:
+        load = StreamLoad("127.0.0.1", node.api_port, [chat_body(MODEL, "Go on.", 50)], read_timeout=60).start()
+        assert load.wait_for(lambda outs: outs[0].tokens >= 4, 60)  # the runner stalls at step 8
+        return load
+
+    first = stalled_stream()
+    old_api = node.status()["api"].pid
+    t0 = time.monotonic()
+    assert http_json(f"{node.url}/admin/restart", b"")[0] == 200
+    wait_until(node, lambda: "drain deadline (1.5s, node.drain_timeout_s) passed" in log.read_text(), 20,
+               "the drain deadline")
+    took = time.monotonic() - t0
+    (cut,) = first.join(30)
+    print(f"drain deadline: restarted {took:.2f}s after POST /admin/restart; the stalled stream: "
+          f"{cut.tokens} tokens, {cut.error or cut.finish_reason}")
+    assert cut.error  # it could not finish: cut by the restart, as before the drain existed
+
+    def back() -> bool:
+        try:
+            reply = node.admin("wait", timeout_s=2.0, request_timeout=1.0)
+        except Exception:  # the control socket is away while the image is replaced
+            return False
+        return reply.ok and {c.id: c for c in reply.children}["api"].pid != old_api
+
+    wait_until(node, back, 60, "node back in place")
+    wait_model_ready(node)
+    second = stalled_stream()
+    assert http_json(f"{node.url}/admin/restart", b"")[0] == 200
+    wait_until(node, lambda: log.read_text().count("draining first") == 2, 10, "the second drain")
+    t0 = time.monotonic()
+    assert node.admin("stop").ok
+    assert node.proc.wait(timeout=15) == 0
+    print(f"an orderly stop during a drain: exit 0 {time.monotonic() - t0:.2f}s later")
+    second.join(30)
+    assert "restarting in place" not in log.read_text().split("draining first")[-1]
 
 
 def test_post_admin_restart_of_a_peer_node_through_another_nodes_api(nodes, demo_model):

@@ -111,6 +111,38 @@ def test_during_a_rotation_either_side_may_have_switched(tmp_path):
             cctx.term()
 
 
+def test_a_redialling_probe_does_not_wait_for_a_server_that_is_not_listening(tmp_path):
+    """Gossip and the masters' links probe inside loops that must keep beating: a refused port
+    ends the probe at once (the link is re-made when its handshake fails later); a listening
+    server's key is still found, whichever of the file's keys it presents."""
+    import socket
+    import time
+
+    old = keys(tmp_path, "old.json")
+    both = keys(tmp_path, "both.json", base=old)
+    new_first = curve.ClusterKeys((both.keys[1], both.keys[0]))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        closed = f"tcp://127.0.0.1:{free.getsockname()[1]}"  # bound, never listening: refused
+        ctx = zmq.Context()
+        try:
+            t0 = time.monotonic()
+            assert curve.probe_server_key(ctx, closed, both, 2.0, give_up_refused=True) == both.current.public
+            assert time.monotonic() - t0 < 1.0  # a patient probe would wait 2 s per key
+        finally:
+            ctx.term()
+    sctx, cctx = zmq.Context(), zmq.Context()
+    try:
+        srv, endpoint = server(sctx, new_first)
+        presented = curve.probe_server_key(cctx, endpoint, both, curve.REDIAL_PROBE_S * 8, give_up_refused=True)
+        assert presented == new_first.current.public
+        srv.close(0)
+    finally:
+        curve.release(sctx)
+        sctx.term()
+        cctx.term()
+
+
 def test_the_store_token_is_made_only_with_the_key(tmp_path):
     assert curve.store_headers() == {} and curve.store_authorized(None)  # no key: an open store
     old = keys(tmp_path, "old.json")

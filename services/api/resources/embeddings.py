@@ -14,10 +14,11 @@ import falcon
 
 from skulk.services.api.embedding_request import check_model, parse, response
 from skulk.services.api.errors import ApiError
-from skulk.services.api.gateway import Gateway
+from skulk.services.api import failover
+from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.generation import fail_status
 from skulk.wire.replica import StateReplica
-from skulk.services.api.resources.common import ask, http_error, json_body, state_or_503
+from skulk.services.api.resources.common import http_error, json_body, state_or_503
 from skulk.wire.commands import CommandRejected, Routed, TextEmbedding
 from skulk.wire.inference import Failed
 
@@ -33,8 +34,11 @@ class EmbeddingsResource:
             check_model(request, [i.card for i in state.instances.values() if i.model_id == request.model])
         except ApiError as exc:
             raise http_error(exc.status, exc.message) from None
-        routed = ask(self.gateway, TextEmbedding(command_id=uuid.uuid4().hex, owner_node=self.node_id,
-                                                 model=request.model))
+        try:  # asked again while the leader changes (a rolling restart): `failover.py`
+            routed = failover.route(self.gateway, lambda: TextEmbedding(
+                command_id=uuid.uuid4().hex, owner_node=self.node_id, model=request.model))
+        except MasterUnavailable as exc:
+            raise http_error(503, str(exc)) from None
         if isinstance(routed, CommandRejected):
             raise http_error(routed.status, routed.message)
         assert isinstance(routed, Routed)

@@ -1,4 +1,11 @@
-"""`GET /health`: idle or busy, and the version (seed 001's first check).
+"""`GET /health`: idle or busy, and the version (seed 001's first check); 503 `draining` while
+the node restarts in place.
+
+Draining: from the moment the node's restart begins (its drain, `supervisor/drain.py`: the root's
+notice on the bus, kept by the runner view) until this API process ends with the old image; the
+new image's API answers idle or busy again. A load balancer that checks `/health` stops sending
+new requests here while the node finishes the ones it holds; the API still serves meanwhile,
+routing to other nodes' instances.
 
 Busy means one of this node's runners has a request in hand, by what it last published (the
 API's runner view): its flight recorder's phase (admitted, prefill, decode) and its report's
@@ -44,15 +51,20 @@ def busy(runners: Iterable[RunnerSeen], now: float) -> bool:
 
 
 class HealthResource:
-    """`{"status": "idle"|"busy", "version"}`."""
+    """`{"status": "idle"|"busy", "version"}`, or 503 `{"status": "draining", "version"}`."""
 
     def __init__(self, view: RunnerView, version: str) -> None:
         self.view = view
         self.version = version
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self.view.restarting():
+            resp.status = falcon.HTTP_503
+            resp.media = {"status": "draining", "version": self.version}
+            return
         status = "busy" if busy(self.view.runners().values(), time.time()) else "idle"
         resp.media = {"status": status, "version": self.version}
 
 
 HEALTH: Schema = obj({"status": enum("idle", "busy"), "version": STRING})
+DRAINING: Schema = obj({"status": enum("draining"), "version": STRING})
