@@ -51,13 +51,44 @@ def records(data: bytes) -> Iterator[tuple[float, bytes, bytes]]:
         pos += 4 + size
 
 
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""No record is larger (a frame is at most 8 MiB): a bigger length prefix is a corrupt file."""
+
+
 def read_records(path: Path) -> list[tuple[float, bytes, bytes]]:
-    """Every whole record of one file, plain or gzip (for `/events`, tests and diagnostics)."""
+    """Every whole record of one file, plain or gzip (for tests and the writer's own trim)."""
+    return list(iter_records(path))
+
+
+def iter_records(path: Path) -> Iterator[tuple[float, bytes, bytes]]:
+    """The whole records of one file, plain or gzip, read one at a time: a reader holds one
+    record, never the file (`GET /events` decoded a whole 100 MB log into memory per request:
+    the API worker grew by hundreds of MiB). A torn or corrupt tail ends the iteration."""
     try:
-        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile):
-        return []
-    return list(records(data))
+        fh = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    except OSError:
+        return
+    with fh:
+        while True:
+            try:
+                head = fh.read(4)
+                if len(head) < 4:
+                    return
+                (size,) = struct.unpack(">I", head)
+                if size > MAX_RECORD_BYTES:
+                    return
+                body = fh.read(size)
+            except (OSError, EOFError, gzip.BadGzipFile):
+                return
+            if len(body) < size:
+                return
+            try:
+                when, topic, payload = msgpack.unpackb(body, raw=False)
+            except Exception:  # noqa: BLE001 - msgpack raises several unrelated types on garbage
+                return
+            if not isinstance(topic, bytes) or not isinstance(payload, bytes):
+                return
+            yield float(when), topic, payload
 
 
 def log_files(directory: Path) -> list[Path]:

@@ -32,11 +32,13 @@ from typing import Any
 
 import zmq
 
-from skulk.wire import endpoints
+from skulk.wire import codec, endpoints
 from skulk.wire.cluster import Membership
+from skulk.wire.errors import MalformedFrame
 from skulk.wire.events import ChildLifecycle, RunnerReport
 from skulk.wire.flight import FlightEntry
-from skulk.wire.sockets import drain, make_socket, recv_published
+from skulk.wire.message import Message
+from skulk.wire.sockets import drain, make_socket
 from skulk.wire.state import NodeInfo
 from skulk.wire.topics import EVT_CLUSTER, EVT_FLIGHT, EVT_RUNNER, EVT_SUPERVISOR
 
@@ -49,6 +51,26 @@ FORGET_AFTER_S = 300.0
 REMEMBER_NODE_S = 300.0
 """A node gossip stopped listing is still asked (and shown unreachable) for this long."""
 PRUNE_EVERY_S = 30.0
+MAX_RUNNERS = 64
+"""Runners remembered at most (a node runs a handful). The bus is node-local but anything of
+the node's user can publish on it: a process sending reports under ever new runner ids grew
+this view by hundreds of MiB in a 10-minute fuzz run before the time-based forgetting caught
+up. Past the bound, the runner heard from longest ago makes room (a real one is back at its
+next report, within a second)."""
+MAX_NODES = 1024
+VIEW_HWM = 10_000
+"""Bus messages queued for this view at most: reports every 2 s and at most a few flight entries
+a second per runner need far fewer; it was 100,000, and a local process publishing 8 MiB frames
+under the view's topics queued hundreds of MiB in the API worker."""
+VIEW_MAX_FRAME = 1024 * 1024
+"""A membership of a large cluster fits; a larger frame makes zmq drop the connection (and
+reconnect) instead of queueing it."""
+RECORD_MAX_BYTES = 16 * 1024
+"""A runner's report is a few hundred bytes (its error message can be longer); a larger one is
+not kept."""
+ENTRY_MAX_BYTES = 2 * 1024
+"""A flight entry is ~200 bytes; the ring holds `RING` of them per runner, so at most
+`MAX_RUNNERS * RING * ENTRY_MAX_BYTES` (64 MiB) whatever the bus brings."""
 NODE = "node"
 """The root supervisor's `ChildLifecycle.child_id` for the whole node (restarting, stopping)."""
 
@@ -86,21 +108,33 @@ class RunnerView:
         """Take one bus message (`now`: wall clock of its receipt)."""
         with self._lock:
             if isinstance(msg, RunnerReport):
-                seen = self._runners.setdefault(msg.runner_id, RunnerSeen(msg.runner_id))
+                seen = self._runner(msg.runner_id)
                 if seen.report is None or seen.report.status.kind != msg.status.kind:
                     seen.status_since = now
                 seen.report, seen.reported_at, seen.heard_at = msg, now, now
             elif isinstance(msg, FlightEntry):
-                seen = self._runners.setdefault(msg.runner_id, RunnerSeen(msg.runner_id))
+                seen = self._runner(msg.runner_id)
                 if seen.entries and msg.seq <= seen.entries[-1].seq and msg.pid == seen.entries[-1].pid:
                     return  # a stale duplicate; a new process (other pid) starts its seq again
                 seen.entries.append(msg)
                 seen.heard_at = now
             elif isinstance(msg, Membership):
                 for member in msg.members:
+                    if member.info.node_id not in self._nodes and len(self._nodes) >= MAX_NODES:
+                        del self._nodes[min(self._nodes, key=lambda n: self._nodes[n][1])]
                     self._nodes[member.info.node_id] = (member.info, now)
             elif isinstance(msg, ChildLifecycle) and msg.child_id == NODE and msg.event == "restarting":
                 self._restarting = True
+
+    def _runner(self, runner_id: str) -> RunnerSeen:
+        """The record of `runner_id`, made if new (the least recently heard makes room past
+        `MAX_RUNNERS`); the caller holds the lock."""
+        seen = self._runners.get(runner_id)
+        if seen is None:
+            if len(self._runners) >= MAX_RUNNERS:
+                del self._runners[min(self._runners, key=lambda r: self._runners[r].heard_at)]
+            seen = self._runners[runner_id] = RunnerSeen(runner_id)
+        return seen
 
     def prune(self, now: float) -> None:
         """Forget runners gone for good and nodes not live for a long while."""
@@ -136,7 +170,7 @@ class RunnerView:
 
     def _run(self, run_dir: Path) -> None:
         ctx: zmq.Context[Any] = zmq.Context.instance()
-        sub = make_socket(ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(run_dir),
+        sub = make_socket(ctx, zmq.SUB, hwm=VIEW_HWM, max_msg_bytes=VIEW_MAX_FRAME, connect=endpoints.bus_out(run_dir),
                           subscribe=(EVT_RUNNER.prefix, EVT_FLIGHT.prefix, EVT_CLUSTER.prefix,
                                      EVT_SUPERVISOR.prefix + NODE.encode()))
         prune_at = time.monotonic() + PRUNE_EVERY_S
@@ -146,8 +180,22 @@ class RunnerView:
             except zmq.ContextTerminated:  # the process is stopping
                 return
             if ready:
-                for _topic, msg in drain(sub, recv_published):
+                for _topic, msg in drain(sub, recv_bounded):
                     self.on_message(msg, time.time())
             if time.monotonic() >= prune_at:
                 prune_at = time.monotonic() + PRUNE_EVERY_S
                 self.prune(time.time())
+
+
+def recv_bounded(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[bytes, Message]:
+    """`recv_published`, refusing a runner report over `RECORD_MAX_BYTES` or a flight entry over
+    `ENTRY_MAX_BYTES` before decoding it (`drain` logs it once per sender, then counts)."""
+    frames = sock.recv_multipart(flags)
+    if len(frames) == 2:
+        limit = RECORD_MAX_BYTES if frames[0].startswith(EVT_RUNNER.prefix) \
+            else ENTRY_MAX_BYTES if frames[0].startswith(EVT_FLIGHT.prefix) else None
+        if limit is not None and len(frames[1]) > limit:
+            raise MalformedFrame(f"a runner record of {len(frames[1])} bytes (at most {limit})")
+    if len(frames) != 2:
+        raise MalformedFrame(f"expected [topic, payload], got {len(frames)} frames")
+    return frames[0], codec.decode(frames[1])

@@ -35,7 +35,11 @@ class RunnerGauges:
         self.busy: bool | None = None  # as last written
 
     def on_report(self, report: RunnerReport, state: State | None) -> None:
-        inst = state.instances.get(report.instance_id) if state is not None else None
+        """A report of a runner the state knows (a series per runner id: a process publishing
+        reports under made-up ids on the node-local bus must not grow the metric files)."""
+        if state is None or report.runner_id not in metrics.live_runners(state):
+            return  # not known yet: its next report (every 2 s) comes after the state
+        inst = state.instances.get(report.instance_id)
         labels = (report.runner_id, report.instance_id, inst.model_id if inst else "")
         metrics.RUNNER_WAITING.labels(*labels).set(report.waiting)
         metrics.RUNNER_ACTIVE.labels(*labels).set(report.active)

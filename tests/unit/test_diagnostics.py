@@ -20,7 +20,8 @@ from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS, Node
 from skulk.services.api.resources.diagnostics_runners import (FLIGHT_ENTRY, STUCK_S, entry_json, runner_warnings,
                                                               runners_json, seed_phase)
 from skulk.services.api.resources.health import REPORT_STALE_S, busy
-from skulk.services.api.runner_view import FORGET_AFTER_S, REMEMBER_NODE_S, RING, RunnerView
+from skulk.services.api.runner_view import (FORGET_AFTER_S, MAX_RUNNERS, RECORD_MAX_BYTES, REMEMBER_NODE_S, RING,
+                                            RunnerView, recv_bounded)
 from skulk.wire.cluster import Member, Membership
 from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry, MlxMemory
@@ -347,3 +348,41 @@ def test_a_cancel_is_refused_for_an_unknown_runner_or_task(runner, tid, tasks, c
     with pytest.raises(falcon.HTTPError) as err:
         plan_cancel(pipeline_state(tasks=tasks), "n1", runner, tid)
     assert err.value.status_code == code
+
+
+def test_the_runner_view_is_bounded_by_count_whatever_ids_the_bus_brings():
+    """Found by a 10-minute fuzz run: reports under ever new runner ids grew the API worker by
+    hundreds of MiB before the time-based forgetting caught up."""
+    view = RunnerView()
+    view.on_message(RunnerReport(runner_id="real", instance_id="i1", status=RunnerStatus(kind="RunnerReady")), 0.0)
+    for n in range(3 * MAX_RUNNERS):
+        view.on_message(RunnerReport(runner_id=f"made-up-{n}", instance_id="i1",
+                                     status=RunnerStatus(kind="RunnerReady")), 1.0 + n)
+    assert len(view.runners()) == MAX_RUNNERS
+    assert "real" not in view.runners()  # heard from longest ago: it made room first
+    view.on_message(RunnerReport(runner_id="real", instance_id="i1", status=RunnerStatus(kind="RunnerReady")), 1e6)
+    assert "real" in view.runners() and len(view.runners()) == MAX_RUNNERS  # back at its next report
+
+
+def test_the_view_refuses_an_oversized_runner_record_before_decoding_it():
+    import zmq
+
+    from skulk.wire import codec
+    from skulk.wire.errors import MalformedFrame
+    from skulk.wire.topics import EVT_CLUSTER, EVT_RUNNER
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        a.bind("inproc://view"), b.connect("inproc://view")
+        report = RunnerReport(runner_id="r", instance_id="i1", status=RunnerStatus(kind="RunnerReady"))
+        a.send_multipart([EVT_RUNNER.prefix + b"r", codec.encode(report)])
+        assert recv_bounded(b)[1] == report
+        a.send_multipart([EVT_RUNNER.prefix + b"r", b"\x00" * (RECORD_MAX_BYTES + 1)])
+        with pytest.raises(MalformedFrame):
+            recv_bounded(b)
+        big = Membership(node_id="n", members=())  # other topics keep the socket's own bound
+        a.send_multipart([EVT_CLUSTER.prefix, codec.encode(big)])
+        assert recv_bounded(b)[1] == big
+    finally:
+        a.close(0), b.close(0), ctx.term()

@@ -95,3 +95,8 @@ def test_a_torn_or_corrupt_tail_is_skipped(tmp_path):
     path.write_bytes(good + b"\x00\x00\x00\x05garbage")
     assert [p for _, _, p in read_records(path)] == [b"ok"]
     assert seg.read_records is read_records  # one reader, shared with the API
+    path.write_bytes(good + b"\xff\xff\xff\xff" + b"x" * 16)  # a length no record has: never allocated
+    assert [p for _, _, p in read_records(path)] == [b"ok"]
+    archive = tmp_path / "events.20261123T000000.log.gz"
+    archive.write_bytes(gzip.compress(good + good + good[:5]))
+    assert [p for _, _, p in read_records(archive)] == [b"ok", b"ok"]

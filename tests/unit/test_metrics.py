@@ -135,6 +135,15 @@ def test_runner_reports_become_gauges_a_state_set_a_token_counter_and_the_busy_f
     assert value("skulk_node_busy") == 1
     gauges.forget_gone(state_with(()))  # its instance was deleted
     assert value("skulk_node_busy") == 0
+    stranger = RunnerReport(runner_id="made-up", instance_id="i1", status=RunnerStatus(kind="RunnerRunning"),
+                            active=5, pid=7, tokens_total=9)
+    gauges.on_report(stranger, state)  # a runner the state does not know: no series, no busy
+    gauges.on_report(stranger, None)
+    assert REGISTRY.get_sample_value("skulk_runner_batch_size",
+                                     {"runner_id": "made-up", "instance_id": "i1", "model": ""}) is None
+    assert REGISTRY.get_sample_value("skulk_runner_batch_size",
+                                     {"runner_id": "made-up", "instance_id": "i1", "model": "skulk/demo-tiny"}) is None
+    assert value("skulk_node_busy") == 0
 
 
 def test_live_runners_are_those_placed_or_with_a_status_and_only_their_series_are_kept():

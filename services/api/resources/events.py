@@ -5,6 +5,7 @@ a power loss mid-write) is skipped, never an error."""
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ import falcon
 
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.schema import ANY_OBJECT, Schema, array
-from skulk.wire.eventlog_files import log_files, read_records
 from skulk.wire.codec import decode
+from skulk.wire.eventlog_files import iter_records, log_files
 from skulk.wire.errors import WireError
 from skulk.wire.message import Message
 from skulk.wire.schema import to_plain
@@ -54,16 +55,16 @@ class EventsResource:
             raise http_error(400, f"limit must be between 1 and {MAX_LIMIT}")
         newest: list[dict[str, Any]] = []
         for path in reversed(log_files(self.dir)):  # newest file first, until enough
-            chunk = []
-            for when, _topic, payload in read_records(path):
+            chunk: deque[dict[str, Any]] = deque(maxlen=limit - len(newest))  # memory: the page only
+            for when, _topic, payload in iter_records(path):
                 try:
                     chunk.append(tagged(decode(payload), when))
                 except WireError:
                     continue  # a record of a message this build does not know
-            newest = chunk + newest
+            newest = [*chunk, *newest]
             if len(newest) >= limit:
                 break
-        resp.media = newest[-limit:]
+        resp.media = newest
 
 
 EVENTS: Schema = array(ANY_OBJECT)
