@@ -50,6 +50,15 @@ class Node:
         timeout = kw.pop("request_timeout", 5.0)
         return request(self.home, AdminCommand(verb=verb, target=target, **kw), timeout_s=timeout)
 
+    def back_in_place(self, old_api: int) -> bool:
+        """After an in-place restart: the same root process, ready, with a new API process (the
+        control socket is away while the image is replaced: not yet)."""
+        try:
+            reply = self.admin("wait", timeout_s=2.0, request_timeout=1.0)
+        except Exception:  # noqa: BLE001 - any failure to reach it means "not back yet"
+            return False
+        return reply.ok and reply.root_pid == self.pid and {c.id: c for c in reply.children}["api"].pid != old_api
+
     def wait_ready(self, target: str = "", min_restarts: int = 0, timeout: float = 20.0) -> AdminReply:
         reply = self.admin("wait", target, min_restarts=min_restarts, timeout_s=timeout)
         assert reply.ok, f"{target or 'node'} not ready in {timeout}s: {reply.message}\n{self.log_tail()}"

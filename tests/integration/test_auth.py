@@ -148,14 +148,7 @@ def test_keys_and_their_scopes(nodes, demo_model):
     status, restarting, _ = c.call("POST", "/admin/restart", key=ADMIN_KEY)
     assert status == 200, restarting
 
-    def back() -> bool:  # the same process, re-executed: its API read the keys again
-        try:
-            reply = node.admin("wait", timeout_s=2.0, request_timeout=1.0)
-        except Exception:  # the control socket is away while the image is replaced
-            return False
-        return reply.ok and {ch.id: ch for ch in reply.children}["api"].pid != old_api
-
-    wait_until(node, back, 60, "the node back in place")
+    wait_until(node, lambda: node.back_in_place(old_api), 60, "the node back in place")
     assert c.call("GET", "/state")[0] == 401 and c.call("GET", "/state", key=ADMIN_KEY)[0] == 200
     assert c.call("GET", "/health")[0] == 200
 

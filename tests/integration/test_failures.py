@@ -110,14 +110,7 @@ def test_post_admin_restart_drains_then_replaces_the_node_in_place_and_serves_ag
     assert all(o.done and o.error is None and o.finish_reason == "length" and o.tokens == max_tokens
                for o in outcomes), summary(outcomes, t0)
 
-    def back():
-        try:
-            reply = node.admin("wait", timeout_s=2.0, request_timeout=1.0)
-        except Exception:  # the control socket is away while the image is replaced
-            return None
-        return reply.ok and reply.root_pid == node.pid and {c.id: c for c in reply.children}["api"].pid != old_api
-
-    wait_until(node, back, 60, "node back in place")
+    wait_until(node, lambda: node.back_in_place(old_api), 60, "node back in place")
     supervisor_log = (node.home / "logs" / "supervisor.log").read_text()
     assert "restart: the node's requests have ended after" in supervisor_log  # not the drain deadline
     master_log = (node.home / "logs" / "master.log").read_text()
@@ -163,14 +156,7 @@ def test_a_drain_ends_at_its_deadline_and_a_stop_cuts_it_short(nodes, demo_model
           f"{cut.tokens} tokens, {cut.error or cut.finish_reason}")
     assert cut.error  # it could not finish: cut by the restart, as before the drain existed
 
-    def back() -> bool:
-        try:
-            reply = node.admin("wait", timeout_s=2.0, request_timeout=1.0)
-        except Exception:  # the control socket is away while the image is replaced
-            return False
-        return reply.ok and {c.id: c for c in reply.children}["api"].pid != old_api
-
-    wait_until(node, back, 60, "node back in place")
+    wait_until(node, lambda: node.back_in_place(old_api), 60, "node back in place")
     wait_model_ready(node)
     second = stalled_stream()
     assert http_json(f"{node.url}/admin/restart", b"")[0] == 200
@@ -219,14 +205,7 @@ def test_post_admin_restart_of_a_peer_node_through_another_nodes_api(nodes, demo
     status, body = http_json(f"{a.url}/admin/restart?node_id={b_id}", b"")
     assert status == 200 and body == {"status": "restart_sent", "node_id": b_id}
 
-    def back():
-        try:
-            reply = b.admin("wait", timeout_s=2.0, request_timeout=1.0)
-        except Exception:  # the control socket is away while the image is replaced
-            return None
-        return reply.ok and {c.id: c for c in reply.children}["api"].pid != old_api
-
-    wait_until(b, back, 60, "peer restarted in place")
+    wait_until(b, lambda: b.back_in_place(old_api), 60, "peer restarted in place")
     wait_until(a, lambda: converged([a, b], 2) and served_from_b(), 60, "rejoined and serving")
     print(f"POST /admin/restart?node_id=<peer>: same pid, same node id, rejoined and its instance "
           f"served again {time.monotonic() - t0:.2f}s later")

@@ -149,14 +149,7 @@ def restart_in_place(via: Node, node: Node, node_id: str, cluster: list[Node]) -
     status, body = http_json(f"{via.url}/admin/restart?node_id={node_id}", b"")
     assert status == 200, body
 
-    def back() -> bool:
-        try:
-            reply = node.admin("wait", timeout_s=1.0, request_timeout=1.0)
-        except Exception:  # the control socket is away while the image is replaced
-            return False
-        return reply.ok and reply.root_pid == node.pid and {c.id: c for c in reply.children}["api"].pid != old_api
-
-    wait_until(via, back, 60, f"{node.home.name} back in place")
+    wait_until(via, lambda: node.back_in_place(old_api), 60, f"{node.home.name} back in place")
     wait_until(via, lambda: converged(cluster, 3) and serving_again(via, node_id), 60,
                f"{node.home.name} serving again")
     return time.monotonic() - t0
