@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from skulk.services.runner import cpu_ops, cpu_rope, sampling
+from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, sampling
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.ring import Ring, load_model
@@ -65,6 +65,9 @@ class MlxBatchEngine:
         if cpu_ops.install():
             self.path += ", fast CPU attention, SwiGLU and RoPE"
             model = cpu_rope.SharingModel(self.model)  # one set of rotary angles per forward pass
+            matmuls = cpu_linear.install(self.model, self.max_batch)
+            log.info("%s", matmuls)
+            self.path += "; " + matmuls
         args = getattr(self.model, "args", None)
         self.model_context = int(getattr(args, "max_position_embeddings", 0) or 0)
         vocab = self.tokenizer.get_vocab()

@@ -17,13 +17,17 @@ from tests.integration.conftest import DEMO_DIR
 from tests.integration.serving import MODEL, sse_events, wait_model_ready
 
 LOGPROB_TOL = 2e-3
+BLOCKED = {"SKULK_CPU_BLOCKED_MATMUL": "1"}
+"""Decode matmuls in row blocks (`cpu_linear`) even on the tiny demo model, which times faster
+with sgemm: batching must not change a request's tokens on that path either."""
 
 
 @pytest.fixture
 def serving(nodes, demo_model):
-    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model},
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model}, env=BLOCKED,
                  config={"runner": {"max_batch": 8, "queue_max": 16}})
     wait_model_ready(node)
+    assert "decode matmuls: row blocks on two streams" in node.log_path.read_text()
     return node
 
 
@@ -104,7 +108,7 @@ def test_a_repeated_system_prompt_is_reused_and_changes_nothing(serving, nodes, 
     cached, total = warm["usage"]["prompt_tokens_details"]["cached_tokens"], warm["usage"]["prompt_tokens"]
     print(f"prompt {total} tokens, {cached} reused from the prefix cache")
     assert 20 < cached < total
-    uncached = nodes("nocache", args=("--place", MODEL), models={DEMO_DIR: demo_model},
+    uncached = nodes("nocache", args=("--place", MODEL), models={DEMO_DIR: demo_model}, env=BLOCKED,
                      config={"runner": {"prefix_cache_mb": 0}})
     wait_model_ready(uncached)
     cold = ask(uncached, "flat is better than nested")

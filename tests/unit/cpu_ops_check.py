@@ -42,6 +42,7 @@ def main() -> None:
     g, x = mx.random.normal((4, 7, 64)) * 4, mx.random.normal((4, 7, 64))
     out["swiglu"] = mx.abs(nn.silu(g) * x - qwen2.swiglu(g, x)).max().item()
     out.update(rope_cases())
+    out.update(blocked_cases())
     print(json.dumps(out))
 
 
@@ -63,6 +64,42 @@ def rope_cases() -> dict[str, float]:
                 out[case] = mx.abs(ref - rope(x, offset)).max().item()
                 out[case + " shared"] = max(mx.abs(ref - layers[0]).max().item(),
                                             mx.abs(ref * 2 - layers[1]).max().item())
+    return out
+
+
+def blocked_cases() -> dict[str, float]:
+    """Decode matmuls in row blocks (`cpu_linear`): each row the same, bit for bit, whatever the
+    batch size (1..16) it is computed in, and close to `x @ w.T` (relative); a weight with no
+    block layout falls back; `install` swaps an fp32 model's linear layers in."""
+    import os
+
+    from skulk.services.runner import cpu_linear
+
+    blocked = cpu_linear.BlockedMatmul()
+    out = {}
+    for n_out, n_in in ((2048, 768), (768, 2048), (256, 768), (48, 32), (673, 768)):
+        w = mx.random.normal((n_out, n_in)) * 0.05
+        x = mx.random.normal((16, 1, n_in))
+        ref = x @ w.T
+        alone = [blocked(x[i:i + 1], w) for i in range(16)]
+        if n_out == 673:  # no 16-row block divides it: the caller keeps sgemm
+            out["blocked fallback 673"] = float(any(a is not None for a in alone))
+            continue
+        worst = 0.0
+        for rows in range(1, 17):
+            got = blocked(x[:rows], w)
+            worst = max(worst, max(mx.abs(got[i] - alone[i][0]).max().item() for i in range(rows)))
+        out[f"blocked alone {n_out}x{n_in}"] = worst
+        got = blocked(x, w)
+        out[f"blocked vs sgemm {n_out}x{n_in}"] = (mx.abs(got - ref).max() / mx.abs(ref).max()).item()
+    os.environ["SKULK_CPU_BLOCKED_MATMUL"] = "1"
+    model = nn.Sequential(nn.Linear(64, 48), nn.Linear(48, 64, bias=False))
+    line = cpu_linear.install(model, 16)
+    out["blocked off above 16"] = float("row blocks" in cpu_linear.install(nn.Linear(4, 4), 17))
+    x = mx.random.normal((3, 1, 64))
+    ref = x @ model.layers[0].weight.T + model.layers[0].bias
+    out["blocked install"] = float("row blocks" not in line or type(model.layers[0]) is nn.Linear)
+    out["blocked linear with bias"] = (mx.abs(model.layers[0](x) - ref).max() / mx.abs(ref).max()).item()
     return out
 
 
