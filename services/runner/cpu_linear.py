@@ -40,7 +40,10 @@ from typing import Any
 log = logging.getLogger("skulk.runner")
 
 SMALL_KERNEL_MNK = 1_000_000
-"""OpenBLAS takes its unpacked small-matrix kernel up to this M*N*K (x86-64 SkylakeX+)."""
+SMALL_KERNEL_MN = 1200
+"""OpenBLAS (x86-64 SkylakeX and later) takes its unpacked small-matrix kernel up to this
+M*N*K, and for this transposition only up to this M*N (rows x block rows): a 160-row block
+of 8 rows was sent to the threaded, packing sgemm (seen with `perf probe` on `cblas_sgemm`)."""
 MAX_ROWS = 16  # decode batches above this keep `sgemm` (16 rows already fill a packed panel)
 SAMPLE_BYTES = 512 << 20  # weights timed at install: more than a CPU cache holds
 MIN_GAIN = 0.9  # the blocked path must take at most this share of sgemm's time
@@ -56,15 +59,17 @@ def padded_rows(rows: int) -> int:
 
 
 def block_rows(rows: int, n_in: int, n_out: int) -> int:
-    """Rows of weight per block: the most that keep `rows * block * n_in` within the small
-    kernel's bound, a multiple of 16 that divides `n_out` (or `n_out` itself when small)."""
-    best = max(16, (SMALL_KERNEL_MNK // max(1, rows * n_in)) // 16 * 16)
+    """Rows of weight per block: `n_out` itself when one block fits the small kernel's bounds
+    (`rows * block * n_in`, `rows * block`), else the largest multiple of 16 within it that divides `n_out`, or
+    failing that the largest within it (the rows left over make one smaller block: a
+    673-token vocabulary, say)."""
+    best = max(16, min(SMALL_KERNEL_MNK // max(1, rows * n_in), SMALL_KERNEL_MN // rows) // 16 * 16)
     if best >= n_out:
         return n_out
-    for r in range(best, 15, -16):
+    for r in range(best, max(15, best // 2), -16):
         if n_out % r == 0:
             return r
-    return 0  # no 16-multiple divides n_out: keep sgemm for this weight
+    return best
 
 
 class BlockedMatmul:
@@ -75,32 +80,33 @@ class BlockedMatmul:
 
         self.mx = mx
         self.second = mx.new_stream(mx.cpu)
-        self._views: dict[tuple[int, int], Any] = {}  # (id(weight), padded rows) -> view or None
+        self._views: dict[tuple[int, int], tuple[Any, Any]] = {}  # (id(weight), padded rows) -> views
 
     def applies(self, x: Any, w: Any) -> bool:
         mx = self.mx
         return (x.ndim >= 2 and x.shape[-2] == 1 and w.dtype == mx.float32 and w.ndim == 2
                 and 0 < _rows(x) <= MAX_ROWS)
 
-    def view(self, w: Any, rows: int) -> Any:
+    def view(self, w: Any, rows: int) -> tuple[Any, Any]:
+        """The weight as (blocks `(n, in, r)`, leftover rows `(in, t)` or None): strided views
+        of the same memory, no copy."""
         key = (id(w), rows)
         if key not in self._views:
             n_out, n_in = w.shape
             r = block_rows(rows, n_in, n_out)
-            v = w.reshape(n_out // r, r, n_in).swapaxes(-1, -2) if r else None
-            if v is not None:
-                self.mx.eval(v)  # a strided view of the same memory, no copy
-            self._views[key] = v
+            whole = n_out - n_out % r
+            blocks = w[:whole].reshape(whole // r, r, n_in).swapaxes(-1, -2)
+            rest = w[whole:].T if whole < n_out else None
+            self.mx.eval(blocks, *([rest] if rest is not None else []))
+            self._views[key] = (blocks, rest)
         return self._views[key]
 
-    def __call__(self, x: Any, w: Any) -> Any | None:
-        """`x @ w.T` through the blocks, or None where this weight has no block layout."""
+    def __call__(self, x: Any, w: Any) -> Any:
+        """`x @ w.T` through the blocks: the first half on this stream, the rest on the second."""
         mx = self.mx
         rows, n_in = _rows(x), x.shape[-1]
         pad = padded_rows(rows)
-        blocks = self.view(w, pad)
-        if blocks is None:
-            return None
+        blocks, rest = self.view(w, pad)
         flat = x.reshape(rows, n_in)
         if rows < pad:
             flat = mx.concatenate([flat, mx.zeros((pad - rows, n_in), dtype=flat.dtype)])
@@ -110,6 +116,8 @@ class BlockedMatmul:
         else:
             out = flat @ blocks
         out = out.swapaxes(0, 1).reshape(pad, -1)
+        if rest is not None:
+            out = mx.concatenate([out, flat @ rest], axis=1)
         return (out[:rows] if rows < pad else out).reshape(*x.shape[:-1], -1)
 
     def forget(self) -> None:
@@ -179,10 +187,6 @@ def _time_both(blocked: BlockedMatmul, weights: list[Any], timer: Callable[[], f
     def plain(x: Any, w: Any) -> Any:
         return x @ w.T
 
-    def fast(x: Any, w: Any) -> Any:
-        y = blocked(x, w)
-        return plain(x, w) if y is None else y
-
     def median_ms(matmul: Callable[[Any, Any], Any]) -> float:
         mx.eval(chain(matmul))  # warm: views, first calls
         times = []
@@ -192,7 +196,7 @@ def _time_both(blocked: BlockedMatmul, weights: list[Any], timer: Callable[[], f
             times.append(timer() - t0)
         return sorted(times)[len(times) // 2] * 1e3
 
-    return median_ms(plain), median_ms(fast), len(sample)
+    return median_ms(plain), median_ms(blocked), len(sample)
 
 
 _classes: dict[tuple[str, int], type] = {}
@@ -208,7 +212,8 @@ def _linear_class(blocked: BlockedMatmul) -> type:
 
             def __call__(self, x: Any) -> Any:
                 w = self["weight"]
-                if blocked.applies(x, w) and (y := blocked(x, w)) is not None:
+                if blocked.applies(x, w):
+                    y = blocked(x, w)
                     return y + self["bias"] if "bias" in self else y
                 return super().__call__(x)
 
@@ -226,9 +231,7 @@ def _embedding_class(blocked: BlockedMatmul) -> type:
 
             def as_linear(self, x: Any) -> Any:
                 w = self["weight"]
-                if blocked.applies(x, w) and (y := blocked(x, w)) is not None:
-                    return y
-                return super().as_linear(x)
+                return blocked(x, w) if blocked.applies(x, w) else super().as_linear(x)
 
         _classes[key] = BlockedEmbedding
     return _classes[key]
