@@ -65,7 +65,7 @@ class MlxBatchEngine:
         if cpu_ops.install():
             self.path += ", fast CPU attention, SwiGLU and RoPE"
             model = cpu_rope.SharingModel(self.model)  # one set of rotary angles per forward pass
-            matmuls = cpu_linear.install(self.model, self.max_batch)
+            matmuls = cpu_linear.install(self.model, self.max_batch, sharded=self.ring is not None).line()
             log.info("%s", matmuls)
             self.path += "; " + matmuls
         args = getattr(self.model, "args", None)

@@ -27,7 +27,7 @@ def serving(nodes, demo_model):
     node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model}, env=BLOCKED,
                  config={"runner": {"max_batch": 8, "queue_max": 16}})
     wait_model_ready(node)
-    assert "decode matmuls: row blocks on two streams" in node.log_path.read_text()
+    assert "decode matmuls: row blocks (forced)" in node.log_path.read_text()
     return node
 
 

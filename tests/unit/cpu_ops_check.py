@@ -70,34 +70,52 @@ def rope_cases() -> dict[str, float]:
 def blocked_cases() -> dict[str, float]:
     """Decode matmuls in row blocks (`cpu_linear`): each row the same, bit for bit, whatever the
     batch size (1..16) it is computed in, and close to `x @ w.T` (relative), including a weight
-    whose rows no 16-row block divides (673: a smaller last block); `install` swaps an fp32
-    model's linear layers in."""
+    whose rows no 16-row block divides (673: a smaller last block) and a single stream; the
+    inputs it must leave to sgemm; `install` swapping an fp32 model's layers in (a tied
+    embedding's output projection too), and leaving them when it must."""
     import os
 
     from skulk.services.runner import cpu_linear
 
-    blocked = cpu_linear.BlockedMatmul()
     out = {}
-    for n_out, n_in in ((2048, 768), (768, 2048), (256, 768), (48, 32), (673, 768)):
-        w = mx.random.normal((n_out, n_in)) * 0.05
-        x = mx.random.normal((16, 1, n_in))
-        ref = x @ w.T
-        alone = [blocked(x[i:i + 1], w) for i in range(16)]
-        worst = 0.0
-        for rows in range(1, 17):
-            got = blocked(x[:rows], w)
-            worst = max(worst, max(mx.abs(got[i] - alone[i][0]).max().item() for i in range(rows)))
-        out[f"blocked alone {n_out}x{n_in}"] = worst
-        got = blocked(x, w)
-        out[f"blocked vs sgemm {n_out}x{n_in}"] = (mx.abs(got - ref).max() / mx.abs(ref).max()).item()
+    for streams in (True, False):
+        blocked = cpu_linear.BlockedMatmul(two_streams=streams)
+        for n_out, n_in in ((2048, 768), (768, 2048), (256, 768), (48, 32), (673, 768)):
+            w = mx.random.normal((n_out, n_in)) * 0.05
+            x = mx.random.normal((16, 1, n_in))
+            alone = [blocked(x[i:i + 1], w) for i in range(16)]
+            worst = 0.0
+            for rows in range(1, 17):
+                got = blocked(x[:rows], w)
+                worst = max(worst, max(mx.abs(got[i] - alone[i][0]).max().item() for i in range(rows)))
+            out[f"blocked alone {n_out}x{n_in} {streams}"] = worst
+            ref = x @ w.T
+            out[f"blocked vs sgemm {n_out}x{n_in} {streams}"] = (mx.abs(blocked(x, w) - ref).max() / mx.abs(ref).max()).item()
+    w = mx.zeros((64, 32))
+    leaves = {"prompt rows": mx.zeros((2, 3, 32)), "2-D batch": mx.zeros((4, 32)), "17 rows": mx.zeros((17, 1, 32)),
+              "too wide": mx.zeros((2, 1, 4864))}
+    takes = {"one row 2-D": mx.zeros((1, 32)), "decode rows": mx.zeros((5, 1, 32))}
+    out["blocked leaves"] = float(any(blocked.applies(x, mx.zeros((8, x.shape[-1]))) for x in leaves.values()))
+    out["blocked takes"] = float(not all(blocked.applies(x, w) for x in takes.values()))
     os.environ["SKULK_CPU_BLOCKED_MATMUL"] = "1"
-    model = nn.Sequential(nn.Linear(64, 48), nn.Linear(48, 64, bias=False))
-    line = cpu_linear.install(model, 16)
-    out["blocked off above 16"] = float("row blocks" in cpu_linear.install(nn.Linear(4, 4), 17))
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(40, 64)
+            self.proj = nn.Linear(64, 64)
+
+        def __call__(self, x: mx.array) -> mx.array:
+            return self.embed.as_linear(self.proj(x))
+
+    model = Tied()
     x = mx.random.normal((3, 1, 64))
-    ref = x @ model.layers[0].weight.T + model.layers[0].bias
-    out["blocked install"] = float("row blocks" not in line or type(model.layers[0]) is nn.Linear)
-    out["blocked linear with bias"] = (mx.abs(model.layers[0](x) - ref).max() / mx.abs(ref).max()).item()
+    ref = (x @ model.proj.weight.T + model.proj.bias) @ model.embed.weight.T
+    choice = cpu_linear.install(model, 16, sharded=False)
+    out["blocked install"] = float(not choice.blocked or type(model.proj) is nn.Linear or type(model.embed) is nn.Embedding)
+    out["blocked tied model"] = (mx.abs(model(x) - ref).max() / mx.abs(ref).max()).item()
+    kept = [cpu_linear.install(nn.Linear(4, 4), 17, sharded=False), cpu_linear.install(nn.Linear(4, 4), 8, sharded=True)]
+    out["blocked kept off"] = float(any(c.blocked for c in kept))
     return out
 
 
