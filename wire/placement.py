@@ -152,8 +152,11 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
     if cmd.instance_meta == "MlxJaccl":
         return PlacementError(400, "Requested RDMA (MlxJaccl) but no RDMA-connected cycles available")
     smallest = min(len(r) for r in fitting)
-    ring = max((r for r in fitting if len(r) == smallest),
-               key=lambda r: (sum(usable(state.nodes[n]) for n in r), r))
+    candidates = [r for r in fitting if len(r) == smallest]
+    # A node draining before an in-place restart gets a new instance only when every ring of this
+    # width needs it (its runner then starts when the node is back).
+    steady = [r for r in candidates if not state.restarting.keys() & set(r)]
+    ring = max(steady or candidates, key=lambda r: (sum(usable(state.nodes[n]) for n in r), r))
     if len(ring) == 1:
         sharding = "Pipeline"  # width 1 is always Pipeline
     if sharding == "Pipeline" and card.n_layers < len(ring):

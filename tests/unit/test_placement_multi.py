@@ -49,6 +49,16 @@ def test_smallest_fitting_ring_wins():
     assert set(inst.node_to_runner) <= {"a", "b"}
 
 
+def test_a_node_restarting_in_place_is_passed_over_while_another_fits():
+    state = cluster(("a", 64, 60), ("b", 32, 28))  # a has more room: it would win
+    draining = replace(state, restarting={"a": 1e12})
+    inst = place(draining, PlaceInstance(command_id="c", card=CARD), ids())
+    assert not isinstance(inst, PlacementError) and set(inst.node_to_runner) == {"b"}
+    alone = replace(cluster(("a", 64, 60)), restarting={"a": 1e12})  # no other node: placed there anyway
+    inst = place(alone, PlaceInstance(command_id="c", card=CARD), ids())
+    assert not isinstance(inst, PlacementError) and set(inst.node_to_runner) == {"a"}
+
+
 def test_memory_is_checked_per_node_never_summed():
     big = replace(CARD, storage_size_bytes=20 * GIB)
     state = cluster(("a", 24, 20), ("b", 24, 20))  # 40 GB free in all, 18 GB usable each
