@@ -130,6 +130,12 @@ class ChildRuntime:
 Handler = Callable[[Any], None]
 
 
+class PeerLost(RuntimeError):
+    """An expected way for a service to end that no traceback explains: a peer it works in
+    lock-step with is gone or disagrees (a rank of a sharded instance). Logged as one line; the
+    process exits CRASHED so its supervisor and the cluster react as to any crash."""
+
+
 class BootStopped(BaseException):
     """A stop signal while the role boots (a runner may load a model for minutes): the boot ends
     at once and the process exits CLEAN. A BaseException, so a boot's `except Exception` lets it
@@ -276,6 +282,9 @@ def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> N
     faults.inject(role, "ready")
     try:
         code = loop.run()
+    except PeerLost as exc:
+        log.error("%s stopped: %s", args.child_id, exc)
+        code = exitcodes.CRASHED
     except Exception:
         log.exception("%s crashed", args.child_id)
         code = exitcodes.CRASHED

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from skulk.services.base import PeerLost
 from skulk.services.runner import admission, scheduler
 from skulk.services.runner.engine import Engine, StepOutput
 from skulk.services.runner.scheduler import Admission, Limits
@@ -261,5 +262,5 @@ def follow(engine: Engine, step: RankStep, expected_seq: int) -> StepOutput:
     return engine.step()
 
 
-class OutOfStep(RuntimeError):
+class OutOfStep(PeerLost):
     """This rank's batch no longer matches rank 0's."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import zmq
 
+from skulk.services.base import PeerLost
 from skulk.wire import codec, curve
 from skulk.wire.errors import UnexpectedMessage, WireError
 from skulk.wire.refusals import Refusals, peer_of
@@ -31,7 +32,7 @@ HELLO_HWM = 1000
 REFUSALS = Refusals("runner: rank control port", logging.getLogger("skulk.runner"))
 
 
-class FollowerUnreachable(RuntimeError):
+class FollowerUnreachable(PeerLost):
     """Rank 0 could not hand a step to a follower (its process or its link is gone)."""
 
 
