@@ -212,6 +212,15 @@ def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):
     assert all("status of 400" in line for line in console) and console, console
     screenshot(page, tmp_path, "dashboard-refusal.png")
 
+    # A node draining before an in-place restart answers `/health` 503 {"status": "draining"} (its
+    # real shape: `resources/health.py`): the page shows it as the node's status, not as an error.
+    draining = json.dumps({"status": "draining", "version": "t"})
+    page.route("**/health", lambda route: route.fulfill(status=503, content_type="application/json", body=draining))
+    expect(page.get_by_test_id("health")).to_have_text("draining")
+    assert "GET /health" not in page.locator("body").inner_text()
+    page.unroute("**/health")
+    assert all("status of 400" in line or "status of 503" in line for line in console), console
+
 
 def all_ready(node: Node, instance_id: str) -> bool:
     state = state_of(node) or {}

@@ -3,11 +3,12 @@
 // panels show to the user as it is: nothing is swallowed.
 
 export class ApiError extends Error {
-  constructor(what, status, type, message) {
+  constructor(what, status, type, message, body = null) {
     super(message);
     this.what = what;      // "GET /state": which call failed
     this.status = status;  // HTTP status (0: the node did not answer)
     this.type = type;      // the envelope's type (HTTP reason phrase)
+    this.body = body;      // the parsed JSON answer, when it was JSON
   }
 }
 
@@ -37,7 +38,7 @@ export async function errorOf(what, resp) {
   try { body = JSON.parse(text); } catch { /* not JSON: the text itself is shown */ }
   const env = body && typeof body.error === 'object' && body.error ? body.error : null;
   return new ApiError(what, resp.status, (env && env.type) || resp.statusText || 'Error',
-                      (env && env.message) || text.slice(0, 300) || '(no message)');
+                      (env && env.message) || text.slice(0, 300) || '(no message)', body);
 }
 
 export async function call(method, path, body, signal) {
@@ -58,5 +59,16 @@ export async function call(method, path, body, signal) {
 }
 
 export const get = (path, signal) => call('GET', path, undefined, signal);
+
+// `GET /health`: its 503 `{"status": "draining"}` (the node finishes its requests before an
+// in-place restart) is an answer to show as the node's status, not an error.
+export async function getHealth(path, signal) {
+  try {
+    return await get(path, signal);
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 503 && e.body && e.body.status === 'draining') return e.body;
+    throw e;
+  }
+}
 export const post = (path, body) => call('POST', path, body);
 export const del = (path) => call('DELETE', path);

@@ -10,7 +10,7 @@ import {PlacePanel} from './place.js';
 import {TimelinePanel} from './timeline.js';
 import {ChatPanel} from './chat.js';
 import {short} from './format.js';
-import {apiKey, setApiKey} from './api.js';
+import {apiKey, getHealth, setApiKey} from './api.js';
 
 const POLL_MS = 1000;
 // Upstream's dashboard routes, each a section of this one page.
@@ -69,7 +69,7 @@ function Summary({state, cluster, health}) {
 function App() {
   const state = usePoll('/state', POLL_MS);
   const clusters = usePoll('/admin/clusters', POLL_MS);
-  const health = usePoll('/health', 2 * POLL_MS);
+  const health = usePoll('/health', 2 * POLL_MS, true, getHealth);
   const [timelineFor, setTimelineFor] = useState(null);
   useEffect(() => scrollToPath(location.pathname), []);
   useEffect(() => {
