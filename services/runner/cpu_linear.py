@@ -15,6 +15,11 @@ and OpenBLAS's worker no longer spins between steps. At 1 row it is no faster th
 Exactness: the small kernel's result for a row depends on how many rows the call has (5 rows
 differ from 1 in the last bit), so the rows are padded to 8 (or 16 when more than 8 run): a
 request's arithmetic never depends on what else is in the batch, and a seeded request repeats.
+That holds only where the BLAS computes a row the same way in an 8- and a 16-row call (OpenBLAS's
+SkylakeX small kernel does; its kernels on AMD Zen, for one, do not: a row differs by 1e-7 to
+4e-6 between the two), so `install` first checks it on this machine, with the model's own
+weights (`exact_here`: every row of a 16-row call against the same row alone, and in calls of
+other sizes), and keeps sgemm where any bit differs, whatever the timing or the switch says.
 Hence the limits: only single-position inputs (a decode step) take this path; only in a runner
 whose batch holds at most 16 (`runner.max_batch`, the default), or a row would switch paths as
 the batch grows past 16; only weights whose 16-row block at 16 rows fits the kernel (an input
@@ -74,6 +79,7 @@ class Reason(StrEnum):
     SHARDED = "sharded instance"
     CACHE_SIZED = "weights a cache holds"
     SLOWER = "not faster"
+    NOT_EXACT = "not exact on this CPU"
     NO_LAYOUT = "no weight narrow enough for blocks"
 
 
@@ -111,6 +117,16 @@ def precheck(mode: Mode, fp32_bytes: int, max_batch: int, sharded: bool) -> Choi
     if fp32_bytes < MIN_AUTO_BYTES:
         return Choice(False, Reason.CACHE_SIZED, f"{fp32_bytes >> 20} MB")
     return None
+
+
+def by_exactness(differs: str) -> Choice | None:
+    """sgemm where a row's bits in blocks depend on the batch (`differs` says where; "" if
+    nowhere); None: exact, the other conditions decide."""
+    return Choice(False, Reason.NOT_EXACT, differs) if differs else None
+
+
+def exact_detail(checked: int) -> str:
+    return f"exact on this CPU ({checked} weight shapes checked)"
 
 
 def by_timing(plain_ms: float, blocked_ms: float, weights: int) -> Choice:
@@ -228,14 +244,46 @@ def install(model: Any, max_batch: int, sharded: bool, timer: Callable[[], float
     if not fitting:
         return Choice(False, Reason.NO_LAYOUT)
     blocked = BlockedMatmul(two_streams=blas_threads() != 1 and (os.cpu_count() or 1) > 1)
+    checked = len({tuple(w.shape) for w in fitting})
+    inexact = by_exactness(exact_here(blocked, fitting))
+    if inexact is not None:
+        return inexact
     if choice is None:
         choice = by_timing(*_time_both(blocked, fitting, timer))
     if choice.blocked:
+        choice = Choice(True, choice.reason, "; ".join(d for d in (choice.detail, exact_detail(checked)) if d))
         classes = {nn.Linear: _blocked_subclass(nn.Linear, "__call__", blocked),
                    nn.Embedding: _blocked_subclass(nn.Embedding, "as_linear", blocked)}
         for m in layers:
             m.__class__ = classes[type(m)]
     return choice
+
+
+EXACT_SIZES = (1, 2, 5, 8, 9, 12, 16)
+"""Batch sizes a row is checked in (both padded sizes, full and partly padding)."""
+
+
+def exact_here(blocked: BlockedMatmul, weights: list[Any]) -> str:
+    """Where a row's result in blocks depends on the batch on this machine: "" if nowhere, else
+    the first weight shape, batch size and row that differ. One weight of each shape, random
+    rows (a fixed key: the sampler's random state is left alone); each of 16 rows computed
+    alone is compared bit for bit with the same row in calls of `EXACT_SIZES` rows."""
+    mx = blocked.mx
+    seen: set[tuple[int, ...]] = set()
+    for w in weights:
+        if tuple(w.shape) in seen:
+            continue
+        seen.add(tuple(w.shape))
+        x = mx.random.normal((MAX_ROWS, 1, w.shape[1]), key=mx.random.key(len(seen))).astype(w.dtype)
+        alone = [blocked(x[i:i + 1], w)[0] for i in range(MAX_ROWS)]
+        for rows in EXACT_SIZES:
+            got = blocked(x[:rows], w)
+            for i in range(rows):
+                if not mx.array_equal(got[i], alone[i]).item():
+                    worst = mx.abs(got[i] - alone[i]).max().item()
+                    return (f"a row of {w.shape[0]}x{w.shape[1]} differs by {worst:.1e} "
+                            f"between a call of 1 row and one of {rows}")
+    return ""
 
 
 def _time_both(blocked: BlockedMatmul, weights: list[Any], timer: Callable[[], float]) -> tuple[float, float, int]:

@@ -68,11 +68,13 @@ def rope_cases() -> dict[str, float]:
 
 
 def blocked_cases() -> dict[str, float]:
-    """Decode matmuls in row blocks (`cpu_linear`): each row the same, bit for bit, whatever the
-    batch size (1..16) it is computed in, and close to `x @ w.T` (relative), including a weight
-    whose rows no 16-row block divides (673: a smaller last block) and a single stream; the
-    inputs it must leave to sgemm; `install` swapping an fp32 model's layers in (a tied
-    embedding's output projection too), and leaving them when it must."""
+    """Decode matmuls in row blocks (`cpu_linear`): how much a row differs between the batch
+    sizes (1..16) it is computed in (nothing, where this machine's BLAS is exact), and whether
+    the runner's own check at load (`exact_here`) finds it so; close to `x @ w.T` (relative),
+    including a weight whose rows no 16-row block divides (673: a smaller last block) and a
+    single stream; the inputs it must leave to sgemm; `install` swapping an fp32 model's
+    layers in (a tied embedding's output projection too) where exact, and leaving them when
+    it must."""
     import os
 
     from skulk.services.runner import cpu_linear
@@ -89,6 +91,7 @@ def blocked_cases() -> dict[str, float]:
                 got = blocked(x[:rows], w)
                 worst = max(worst, max(mx.abs(got[i] - alone[i][0]).max().item() for i in range(rows)))
             out[f"blocked alone {n_out}x{n_in} {streams}"] = worst
+            out[f"blocked check {n_out}x{n_in} {streams}"] = float(cpu_linear.exact_here(blocked, [w]) == "")
             ref = x @ w.T
             out[f"blocked vs sgemm {n_out}x{n_in} {streams}"] = (mx.abs(blocked(x, w) - ref).max() / mx.abs(ref).max()).item()
     w = mx.zeros((64, 32))
@@ -112,7 +115,11 @@ def blocked_cases() -> dict[str, float]:
     x = mx.random.normal((3, 1, 64))
     ref = (x @ model.proj.weight.T + model.proj.bias) @ model.embed.weight.T
     choice = cpu_linear.install(model, 16, sharded=False)
-    out["blocked install"] = float(not choice.blocked or type(model.proj) is nn.Linear or type(model.embed) is nn.Embedding)
+    swapped = type(model.proj) is not nn.Linear and type(model.embed) is not nn.Embedding
+    exact = cpu_linear.exact_here(cpu_linear.BlockedMatmul(two_streams=True), [model.proj.weight, model.embed.weight]) == ""
+    out["blocked exact here"] = float(exact)
+    out["blocked install"] = float(choice.blocked != exact or swapped != exact
+                                   or (choice.reason is not cpu_linear.Reason.NOT_EXACT) == (not exact))
     out["blocked tied model"] = (mx.abs(model(x) - ref).max() / mx.abs(ref).max()).item()
     kept = [cpu_linear.install(nn.Linear(4, 4), 17, sharded=False), cpu_linear.install(nn.Linear(4, 4), 8, sharded=True)]
     out["blocked kept off"] = float(any(c.blocked for c in kept))

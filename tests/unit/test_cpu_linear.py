@@ -14,6 +14,7 @@ from skulk.services.runner.cpu_linear import (
     Mode,
     Reason,
     block_rows,
+    by_exactness,
     by_timing,
     fits,
     mode_from_env,
@@ -43,6 +44,13 @@ def test_the_blocks_must_save_a_tenth():
     assert not by_timing(50.0, 46.0, 112).blocked
     assert by_timing(50.0, 46.0, 112).reason is Reason.SLOWER
     assert "46.0 ms in blocks vs 50.0 ms sgemm through 112 weights" in by_timing(50.0, 46.0, 112).line()
+
+
+def test_blocks_that_are_not_exact_here_are_never_taken():
+    differs = "a row of 2048x768 differs by 2.4e-06 between a call of 1 row and one of 9"
+    assert by_exactness(differs) == Choice(False, Reason.NOT_EXACT, differs)
+    assert "sgemm (not exact on this CPU: a row of 2048x768" in by_exactness(differs).line()
+    assert by_exactness("") is None  # exact: the switch or the timing decides
 
 
 @pytest.mark.parametrize("value,mode", [(None, Mode.AUTO), ("", Mode.AUTO), ("auto", Mode.AUTO), ("1", Mode.ON),

@@ -16,7 +16,17 @@ def test_fast_cpu_attention_swiglu_and_rope_match_mlx():
     assert len(diffs) >= 15
     rope = {case: d for case, d in diffs.items() if case.startswith("rope")}
     assert len(rope) == 16 and not any(rope.values()), rope  # bit-identical to mx.fast.rope
-    alone = {case: d for case, d in diffs.items() if case.startswith("blocked alone")}
-    assert len(alone) == 10 and not any(alone.values()), alone  # a row's result ignores the batch
-    bad = {case: d for case, d in diffs.items() if not d <= 1e-5}
+    # The row blocks' promise, on whatever CPU runs this: the runner's check at load finds a
+    # weight exact only where a row's bits ignore the batch (1..16 rows), and takes the blocks
+    # (forced, on a tiny model) only where exact; where this BLAS has no exact kernel it keeps sgemm.
+    alone = {case[len("blocked alone "):]: d for case, d in diffs.items() if case.startswith("blocked alone")}
+    check = {case[len("blocked check "):]: d for case, d in diffs.items() if case.startswith("blocked check")}
+    assert len(alone) == len(check) == 10
+    assert all(alone[case] == 0.0 for case, exact in check.items() if exact), (alone, check)
+    assert all(not exact for case, exact in check.items() if alone[case] > 0.0), (alone, check)
+    exact_here = diffs.pop("blocked exact here")
+    print("this CPU's BLAS computes a row " + ("the same in every batch: the exact-kernel path was checked, row blocks "
+          "taken" if exact_here else "differently by batch size: the runner was checked to keep sgemm"))
+    bad = {case: d for case, d in diffs.items()
+           if not case.startswith(("blocked alone", "blocked check")) and not d <= 1e-5}
     assert not bad, bad
