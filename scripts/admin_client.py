@@ -44,6 +44,6 @@ def format_status(reply: AdminReply) -> str:
         rows.append((c.id, c.supervisor, c.kind, str(c.pid or "-"), c.state, str(c.restarts),
                      f"{c.uptime_s:.1f}s" if c.uptime_s is not None else "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [f"root pid {reply.root_pid}"]
+    lines = [f"node {reply.node_name}, root pid {reply.root_pid}" if reply.node_name else f"root pid {reply.root_pid}"]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines)

@@ -40,6 +40,8 @@ class Budget:
 class NodeConfig:
     home: Path
     node_name: str = ""  # unique in the cluster; "" until loaded: then the host name
+    host_name: str = ""  # set where the node was given no name: the host name it is called by
+    derived_name: str = ""  # such a node's name where its host name is taken (node_identity.py)
     api_port: int = 52415
     cluster_port: int = 52416
     listen: str = "0.0.0.0"
@@ -254,8 +256,12 @@ def load(home: Path | None = None, config_path: Path | None = None,
 
 def _named(cfg: NodeConfig) -> NodeConfig:
     """Without a name of its own (`--node-name`, `node.name`, `SKULK_NODE_NAME`) a node is
-    called by its host name."""
-    return cfg if cfg.node_name else replace(cfg, node_name=socket.gethostname())
+    called by its host name (or, where that is taken in its cluster, a name derived from it:
+    `node_identity.py`)."""
+    if cfg.node_name:
+        return cfg
+    host = socket.gethostname()
+    return replace(cfg, node_name=host, host_name=host)
 
 
 def _check(cfg: NodeConfig) -> None:

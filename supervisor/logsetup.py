@@ -70,6 +70,8 @@ def setup(name: str, log_dir: Path | None, level: int = logging.INFO,
     fmt = logging.Formatter(f"[%(asctime)s.%(msecs)03d | %(levelname)-8s | {name}:{os.getpid()}] "
                             "%(message)s", datefmt="%H:%M:%S")
     root = logging.getLogger()
+    for old in root.handlers:  # set up again (the node's name known): let go of the old file
+        old.close()
     root.handlers.clear()
     root.setLevel(level)
     stderr = logging.StreamHandler(sys.stderr)

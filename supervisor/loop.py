@@ -14,19 +14,20 @@ import os
 import signal
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import zmq
 
-from skulk.supervisor import control
+from skulk.supervisor import control, node_identity
 from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
 from skulk.supervisor.child import ChildProcess
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 from skulk.wire import endpoints
-from skulk.wire.control import AdminCommand, ChildReady, Heartbeat
+from skulk.wire.control import AdminCommand, AdminReply, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.events import ChildLifecycle
@@ -51,6 +52,11 @@ class NodeLoop:
         self.drain: node_drain.Drain | None = None  # a restart waiting for the node's requests to end
         self._announced_ready = False
         self._started_at = time.monotonic()
+
+    def _answer(self, envelope: list[bytes], reply: AdminReply) -> None:
+        """Send an admin reply, with the name this node goes by now (gossip may have taken its
+        derived name since the start: `node_identity`)."""
+        send_routed(self.control, envelope, replace(reply, node_name=node_identity.current(self.cfg)))
 
     # ---- effects handed to the tree -------------------------------------------------
     def _spawn(self, spec: ChildSpec, child_id: str, extra: tuple[str, ...]) -> ChildProcess:
@@ -112,7 +118,7 @@ class NodeLoop:
                 self._announce(now)
         finally:
             for waiter in self.waiters:
-                send_routed(self.control, waiter.envelope, control.reply(
+                self._answer(waiter.envelope, control.reply(
                     self.root, time.monotonic(), False, "node is stopping"))
             self.control.close(linger=500)  # let those replies out: destroy(linger=0) drops them
             signal.set_wakeup_fd(old_fd)
@@ -221,12 +227,12 @@ class NodeLoop:
         def refuse(exc: WireError) -> None:
             CONTROL_REFUSALS.refuse(peer_of(exc.envelope) if isinstance(exc, RoutedDecodeError) else "", exc, now)
             if isinstance(exc, RoutedDecodeError):
-                send_routed(self.control, exc.envelope,
+                self._answer(exc.envelope,
                             control.reply(self.root, now, False, f"bad request: {exc}"))
 
         for envelope, msg in drain(self.control, recv_routed, limit=1000, on_error=refuse):
             if not isinstance(msg, AdminCommand):
-                send_routed(self.control, envelope, control.reply(
+                self._answer(envelope, control.reply(
                     self.root, now, False, f"expected an AdminCommand, got {msg.TYPE}"))
                 continue
             result = control.apply(msg, self.root, envelope, now, self.drain is not None)
@@ -234,29 +240,29 @@ class NodeLoop:
                 self.waiters.append(result)
             elif isinstance(result, control.NodeVerb) and result.verb == "drained":
                 draining = self.drain is not None and not self.root.terminating
-                send_routed(self.control, envelope, control.reply(
+                self._answer(envelope, control.reply(
                     self.root, now, draining, "drained: restarting" if draining else "no drain under way"))
                 if draining:
                     self._drained(now, "restart: the node's requests have ended")
             elif isinstance(result, control.NodeVerb):
                 # a second restart/stop while one is under way (a stop may cut a drain short)
                 if self.root.terminating or (self.drain is not None and result.verb == "restart"):
-                    send_routed(self.control, envelope, control.reply(
+                    self._answer(envelope, control.reply(
                         self.root, now, False, f"{self.after_stop} already pending"))
                     continue
-                send_routed(self.control, envelope, control.reply(
+                self._answer(envelope, control.reply(
                     self.root, now, True, "restarting" if result.verb == "restart" else "stopping"))
                 self._node_verb(result.verb, now)
             else:
-                send_routed(self.control, envelope, result)
+                self._answer(envelope, result)
 
     def _serve_waiters(self, now: float) -> None:
         still: list[control.Waiter] = []
         for w in self.waiters:
             if control.satisfied(self.root, w.target, w.min_restarts, self.drain is not None):
-                send_routed(self.control, w.envelope, control.reply(self.root, now, True, "ready"))
+                self._answer(w.envelope, control.reply(self.root, now, True, "ready"))
             elif now >= w.deadline:
-                send_routed(self.control, w.envelope, control.reply(
+                self._answer(w.envelope, control.reply(
                     self.root, now, False, f"timed out waiting for {w.target or 'the node'}"))
             else:
                 still.append(w)

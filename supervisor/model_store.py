@@ -154,29 +154,33 @@ def _check_paths(store: ModelStoreConfig, file: str) -> None:
                               f"({store.store_path}): staged copies are deleted by eviction")
 
 
-def override_for(store: ModelStoreConfig, node_name: str, node_id: str) -> StagingOverride | None:
-    """This node's override: one keyed by its node id first, else by its name."""
+def _names_this(key: str, names: tuple[str, ...], node_id: str) -> bool:
+    return key == node_id or any(same_name(key, n) for n in names)
+
+
+def override_for(store: ModelStoreConfig, names: tuple[str, ...], node_id: str) -> StagingOverride | None:
+    """This node's override: one keyed by its node id first, else by one of its names."""
     for key, override in store.node_overrides:
         if key == node_id:
             return override
     for key, override in store.node_overrides:
-        if same_name(key, node_name):
+        if _names_this(key, names, ""):
             return override
     return None
 
 
-def staging_for(store: ModelStoreConfig, node_name: str, node_id: str) -> StagingConfig:
+def staging_for(store: ModelStoreConfig, names: tuple[str, ...], node_id: str) -> StagingConfig:
     """The base `staging` with this node's override merged over it (only the keys it gives)."""
-    override = override_for(store, node_name, node_id)
+    override = override_for(store, names, node_id)
     if override is None:
         return store.staging
     given = {f.name: v for f in fields(override) if (v := getattr(override, f.name)) is not None}
     return replace(store.staging, **given)
 
 
-def is_store_host(store: ModelStoreConfig, node_name: str, node_id: str) -> bool:
-    """`store_host` names this node (by id, or by name without case)."""
-    return store.store_host == node_id or same_name(store.store_host, node_name)
+def is_store_host(store: ModelStoreConfig, names: tuple[str, ...], node_id: str) -> bool:
+    """`store_host` names this node (by id, or by one of its names without case)."""
+    return _names_this(store.store_host, names, node_id)
 
 
 # ---- the roles' slice: command-line arguments and back ---------------------------------------
@@ -191,19 +195,22 @@ def _parse_flag(text: str) -> bool:
     return text == "1"
 
 
-def store_argv(store: ModelStoreConfig | None, node_name: str, node_id: str) -> tuple[str, ...]:
+def store_argv(store: ModelStoreConfig | None, names: tuple[str, ...], node_id: str) -> tuple[str, ...]:
     """This node's store settings as arguments (none when the store is off), with its
-    `node_overrides` already applied: a role never sees another node's override."""
+    `node_overrides` already applied and whether it is the store host decided (`names`: every
+    name the config may call it by, `node_identity.names`): a role never sees another node's
+    override, and every role agrees on the host."""
     if store is None or not store.enabled:
         return ()
-    staging = staging_for(store, node_name, node_id)
+    staging = staging_for(store, names, node_id)
     http = ("--store-http-host", store.store_http_host) if store.store_http_host else ()
     return ("--store-host", store.store_host, *http, "--store-port", str(store.store_port),
             "--store-path", str(store.store_path), "--staging-enabled", _flag(staging.enabled),
             "--staging-root", str(staging.node_cache_path),
             "--staging-keep-gb", repr(staging.staging_keep_recent_gb),
             "--cleanup-on-deactivate", _flag(staging.cleanup_on_deactivate),
-            "--allow-hf-fallback", _flag(store.allow_hf_fallback))
+            "--allow-hf-fallback", _flag(store.allow_hf_fallback),
+            "--is-store-host", _flag(is_store_host(store, names, node_id)))
 
 
 def add_store_arguments(p: argparse.ArgumentParser) -> None:
@@ -217,6 +224,7 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--staging-keep-gb", type=float, default=DEFAULT_KEEP_GB)
     p.add_argument("--cleanup-on-deactivate", type=_parse_flag, default=True)
     p.add_argument("--allow-hf-fallback", type=_parse_flag, default=True)
+    p.add_argument("--is-store-host", type=_parse_flag, default=None)  # absent: by name (the store role)
 
 
 def store_from_args(ns: argparse.Namespace, home: Path) -> ModelStoreConfig | None:

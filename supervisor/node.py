@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 from setproctitle import setproctitle
 
-from skulk.supervisor import exitcodes, logsetup
+from skulk.supervisor import exitcodes, logsetup, node_identity
 from skulk.supervisor.child import metrics_dir
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.loop import NodeLoop
@@ -99,12 +99,20 @@ def run_node(cfg: NodeConfig) -> int:
         log.error("another skulk node is already running with home %s", cfg.home)
         return exitcodes.BOOT_FAILURE
     try:
+        cfg = node_identity.named(cfg)  # a node given no name: its derived name, made once per home
+    except OSError as exc:
+        log.error("cannot keep this node's name suffix in %s: %s", cfg.home, exc)
+        return exitcodes.CONFIG_ERROR
+    logsetup.setup("supervisor", cfg.home / "logs", settings=log_settings(cfg))  # under that name
+    try:
         fresh_metrics_dir(run)
     except OSError as exc:
         log.error("cannot prepare the metrics directory under %s: %s", run, exc)
         return exitcodes.BOOT_FAILURE
-    log.info("node %s starting: home %s, api port %d, cluster port %d, pid %d",
-             cfg.node_name, cfg.home, cfg.api_port, cfg.cluster_port, os.getpid())
+    log.info("node %s starting: home %s, api port %d, cluster port %d, pid %d%s",
+             cfg.node_name, cfg.home, cfg.api_port, cfg.cluster_port, os.getpid(),
+             f" (given no name: {cfg.derived_name} where {cfg.host_name} is taken)"
+             if cfg.derived_name and cfg.node_name != cfg.derived_name else "")
     # New per process start, as upstream's node ids. An in-place restart (execv) is the same
     # process (same PID): it keeps its id, so peers see it come back rather than a new node.
     node_id = os.environ.pop(INPLACE_NODE_ID, "") or secrets.token_hex(8)

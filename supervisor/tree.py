@@ -7,6 +7,7 @@ from pathlib import Path
 from skulk.supervisor.config import NodeConfig
 from skulk.supervisor.logsetup import LogSettings
 from skulk.supervisor.model_store import store_argv
+from skulk.supervisor.node_identity import names
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.wire.version import skulk_version
 
@@ -43,12 +44,12 @@ def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) ->
                 "--max-messages", str(cfg.api_max_messages),
                 "--max-streams-per-key", str(cfg.api_max_streams_per_key),
                 "--write-timeout", repr(cfg.api_write_timeout_s),
-                "--config-file", str(config_file(cfg)), "--node-name", cfg.node_name,
-                "--namespace", cfg.namespace, *store_argv(cfg.model_store, cfg.node_name, node_id))
+                "--config-file", str(config_file(cfg)),
+                "--namespace", cfg.namespace, *store_argv(cfg.model_store, names(cfg), node_id))
     if role == "gossip":
         return ("--listen", cfg.listen, "--port", str(cfg.cluster_port),
                 "--master-port", str(cfg.cluster_port + 1), "--node-id", node_id,
-                "--node-name", cfg.node_name, "--started", repr(started),
+                "--node-name", cfg.node_name, "--derived-name", cfg.derived_name, "--started", repr(started),
                 "--namespace", cfg.namespace, "--peers", ",".join(cfg.bootstrap_peers),
                 "--peer-timeout", repr(cfg.peer_timeout_s),
                 "--discovery-port", str(cfg.discovery_port), "--version", skulk_version(),
@@ -62,10 +63,10 @@ def role_args(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0) ->
                 *(a for m in cfg.place for a in ("--place", m)))
     if role == "store":
         return ("--listen", cfg.listen, "--node-id", node_id, "--node-name", cfg.node_name,
-                *store_argv(cfg.model_store, cfg.node_name, node_id))
+                *store_argv(cfg.model_store, names(cfg), node_id))
     if role == "worker":
-        return ("--node-id", node_id, "--node-name", cfg.node_name, "--listen", cfg.listen,
-                *store_argv(cfg.model_store, cfg.node_name, node_id))
+        return ("--node-id", node_id, "--listen", cfg.listen,
+                *store_argv(cfg.model_store, names(cfg), node_id))
     if role == "eventlog":
         mib, gib = 1024 ** 2, 1024 ** 3
         return ("--ring-bytes", str(int(cfg.eventlog_ring_mb * mib)), "--ring-keep", str(cfg.eventlog_ring_keep),

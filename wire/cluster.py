@@ -28,6 +28,7 @@ class PeerHello(Message):
     master_port: int
     known: tuple[str, ...] = ()  # "ip:port" of other gossip endpoints (transitive discovery)
     started: float = 0.0  # the node's start (epoch s): of two live nodes with one name, the later refuses
+    name_given: bool = True  # False: named after its host, it takes its derived name on a clash
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

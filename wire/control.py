@@ -71,3 +71,4 @@ class AdminReply(Message):
     message: str = ""
     root_pid: int = 0
     children: tuple[ChildStatus, ...] = field(default_factory=tuple)
+    node_name: str = ""  # the name the node goes by now (its derived name once it took it)

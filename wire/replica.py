@@ -92,6 +92,8 @@ class ReplicaCore:
                     self._set(apply(state, msg))
                 except OutOfOrder:
                     self._behind_since = time.monotonic()
+        elif isinstance(msg, StateHead) and state is None:
+            self._asked_at = None  # the master has a session now (it answered nothing before): ask at once
         elif isinstance(msg, StateHead) and state is not None and self._asked_at is None:
             if msg.session != state.session or msg.idx > state.last_event_applied_idx:
                 self._behind_since = self._behind_since or time.monotonic()

@@ -179,7 +179,6 @@ def main() -> None:
     p.add_argument("--stall-timeout", type=float, default=StreamTiming.stall_s)
     p.add_argument("--keepalive", type=float, default=StreamTiming.keepalive_s)
     p.add_argument("--config-file", default="")  # the node's skulk.yaml (GET/PUT /config)
-    p.add_argument("--node-name", default="")
     p.add_argument("--namespace", default="skulk")  # the cluster's (`/admin/clusters`, diagnostics)
     p.add_argument("--open-admin", type=int, default=0)  # keys are read from --config-file, never given here
     p.add_argument("--max-body-mb", type=float, default=32.0)
@@ -189,7 +188,7 @@ def main() -> None:
     model_store.add_store_arguments(p)  # none: no store
     ns = p.parse_args(args.rest)
     store = model_store.store_from_args(ns, args.home)
-    host = store is not None and model_store.is_store_host(store, ns.node_name, ns.node_id)
+    host = store is not None and bool(ns.is_store_host)  # decided by the supervisor (store_argv)
     staging = store.staging.node_cache_path if store and store.staging.enabled and not host else None
     # A private context: gunicorn forks workers after this, and they must not share it.
     runtime = ChildRuntime("api", args, ctx=zmq.Context())

@@ -5,9 +5,11 @@ point at a node, and what `/state` shows as its `friendlyName`: two live nodes w
 would make all of these ambiguous. Names compare without case. Of two live nodes with one
 name, the one started later (ties: the larger node id) must not be part of the cluster:
 
-- it hears the other directly -> it refuses to join: an ERROR, and it stays a cluster of one
-  until it is restarted with another name (it cannot tell the operator's mistake from a
-  rename in progress, so it does not retry);
+- it hears the other directly -> a node given no name (called by its host name) takes its
+  derived name (`supervisor/node_identity.py`) and is judged again under it; a node whose name
+  was given refuses to join: an ERROR, and it stays a cluster of one until it is restarted
+  with another name (it cannot tell the operator's mistake from a rename in progress, so it
+  does not retry);
 - a node that hears it while the name is held by itself or by a member it admitted ignores it
   (it is never admitted) and dials it, so that it hears the holder and refuses;
 - a node that admitted the later one first and then hears the earlier one drops the later
@@ -39,6 +41,7 @@ class Named:
 class Clash(enum.Enum):
     NONE = "none"
     REFUSE_SELF = "refuse_self"  # the sender holds my name and started first: I must not join
+    TAKE_DERIVED = "take_derived"  # as REFUSE_SELF, but I was given no name: I go by my derived one
     IGNORE_SENDER = "ignore_sender"  # its name is held by me or a member that started first
     DROP_MEMBER = "drop_member"  # it started before the member holding its name: that member goes
 
@@ -54,12 +57,17 @@ def later(a: Named, b: Named) -> bool:
     return (a.started, a.node_id) > (b.started, b.node_id)
 
 
-def judge(me: Named, members: Iterable[Named], sender: Named) -> Decision:
-    """What to do with a hello from `sender`, given this node and the members it admitted."""
+def judge(me: Named, members: Iterable[Named], sender: Named, derived: str = "") -> Decision:
+    """What to do with a hello from `sender`, given this node, the members it admitted and, for
+    a node given no name, the derived name it may take ("" for a node whose name was given)."""
     if sender.node_id == me.node_id:
         return Decision(Clash.NONE)
     if same_name(sender.name, me.name):
-        return Decision(Clash.REFUSE_SELF, sender) if later(me, sender) else Decision(Clash.IGNORE_SENDER, me)
+        if not later(me, sender):
+            return Decision(Clash.IGNORE_SENDER, me)
+        if derived and not same_name(me.name, derived) and not same_name(sender.name, derived):
+            return Decision(Clash.TAKE_DERIVED, sender)
+        return Decision(Clash.REFUSE_SELF, sender)
     for member in members:
         if member.node_id != sender.node_id and same_name(member.name, sender.name):
             if later(sender, member):

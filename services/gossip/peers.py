@@ -50,6 +50,13 @@ class PeerTable:
         return {f"{p.address}:{p.hello.gossip_port}" for p in self.peers.values()}
 
 
+def view_complete(known: set[str], heard: set[str], own: set[str]) -> bool:
+    """Whether a gossip that just (re)started has heard everyone it knows of: at least one peer,
+    and every endpoint it knows (configured, learned from peers' hellos, its own excepted) is a
+    peer that said hello. Then its membership is whole and it need not keep quiet any longer."""
+    return bool(heard) and (known - own) <= heard
+
+
 def pick_address(advertised: tuple[str, ...], dialled_host: str | None) -> str | None:
     """The transport address for a peer: the one we dialled if it advertises it, else its
     first advertised address. Never a hostname: only what the peer advertised as an IP."""

@@ -5,7 +5,8 @@ published on the local bus for the master.
 A hello from another namespace is refused and logged; frames that do not decode are logged and
 dropped. Peers are dialled by IP only (advertised addresses or configured bootstrap peers).
 Node names are unique in a cluster: who yields on a clash is decided in `names.py`; a node
-that must not join says so (ERROR, and in its status) and stays a cluster of one.
+that must not join takes its derived name where it was given none (`supervisor/node_identity.py`),
+else says so (ERROR, and in its status) and stays a cluster of one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.base import ServiceLoop
 from skulk.services.gossip.names import Clash, Named, judge
-from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
+from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address, view_complete
+from skulk.supervisor.model_store import same_name
+from skulk.supervisor.node_identity import remember, remembered
 from skulk.wire import curve
 from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import UnexpectedMessage, WireError
@@ -83,6 +86,8 @@ class Gossip:
         self.bootstrap = {p for p in ns.peers.split(",") if p}
         self.learned: dict[str, float] = {}  # endpoint -> until (monotonic), from peers or UDP
         self.started = time.time()
+        if ns.derived_name and same_name(remembered(loop.rt.args.home), ns.derived_name):
+            ns.node_name = ns.derived_name  # a gossip role restarted after taking it this run
         self.me = Named(ns.node_id, ns.node_name, ns.started)
         self.refused = ""  # why this node does not join (a name clash); "" while it may
         self.warned: set[tuple[str, str]] = set()  # (ignored node, holder) pairs already logged
@@ -91,7 +96,10 @@ class Gossip:
         (peers dial in too, so even a node without bootstrap peers may have some): its first,
         lonely one would tell the leader's master that every other node was gone (found by the
         chaos soak: their instances were deleted). Live peers hello four times a second, so a
-        long configured timeout does not make it wait longer than QUIET_MAX_S."""
+        long configured timeout does not make it wait longer than QUIET_MAX_S, and once every
+        node it knows of (configured, or named in the peers' hellos) has said hello, its view
+        is whole and it publishes at once (`view_complete`): nodes started together form a
+        second sooner."""
 
     def info(self) -> NodeInfo:
         mem = psutil.virtual_memory()
@@ -107,7 +115,7 @@ class Gossip:
     def hello(self) -> None:
         msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,
                         master_port=self.ns.master_port, known=tuple(sorted(self.table.endpoints())),
-                        started=self.ns.started)
+                        started=self.ns.started, name_given=not self.ns.derived_name)
         for endpoint in self.redial & set(self.dealers):  # re-made below, probing the server's key
             log.info("gossip: handshake with %s failed during a key rotation; dialling it again", endpoint)
             self.unwatch(endpoint)
@@ -151,17 +159,25 @@ class Gossip:
         """Whether a hello's node may be a member, by its name; acts on a clash."""
         sender = Named(msg.info.node_id, msg.info.friendly_name, msg.started)
         members = [Named(n, p.hello.info.friendly_name, p.hello.started) for n, p in self.table.peers.items()]
-        decision = judge(self.me, members, sender)
+        decision = judge(self.me, members, sender, self.ns.derived_name)
         other = decision.other
+        if decision.clash is Clash.TAKE_DERIVED:
+            self.take_derived_name(sender, f"{address}:{msg.gossip_port}")
+            return self.admit(msg, address)  # judged again under the new name
         if decision.clash is Clash.REFUSE_SELF:
             self.refuse(sender, f"{address}:{msg.gossip_port}")
             return False
         if decision.clash is Clash.IGNORE_SENDER and other is not None:
             if (sender.node_id, other.node_id) not in self.warned:
                 self.warned.add((sender.node_id, other.node_id))
-                log.warning("gossip: node %s at %s calls itself %r, the name of node %s%s, which started "
-                            "first: not admitted while that node is live", sender.node_id, address,
-                            sender.name, other.node_id, " (this node)" if other == self.me else "")
+                if msg.name_given:
+                    log.warning("gossip: node %s at %s calls itself %r, the name of node %s%s, which started "
+                                "first: not admitted while that node is live", sender.node_id, address,
+                                sender.name, other.node_id, " (this node)" if other == self.me else "")
+                else:
+                    log.info("gossip: node %s at %s, given no name, started as %r, the name of node %s%s: "
+                             "it takes its derived name once it hears that node", sender.node_id, address,
+                             sender.name, other.node_id, " (this node)" if other == self.me else "")
             self.learn(f"{address}:{msg.gossip_port}")  # so it hears the holder's hello and refuses
             return False
         if decision.clash is Clash.DROP_MEMBER and other is not None:
@@ -170,6 +186,20 @@ class Gossip:
             self.table.peers.pop(other.node_id, None)
             self.publish(self.info())
         return True
+
+    def take_derived_name(self, holder: Named, endpoint: str) -> None:
+        """This node was given no name and its host name is held by a live node that started
+        first: it goes by its derived name from now on (and at its later starts)."""
+        taken, derived = self.me.name, self.ns.derived_name
+        self.ns.node_name = derived
+        self.me = Named(self.me.node_id, derived, self.me.started)
+        try:
+            remember(self.loop.rt.args.home, derived)
+        except OSError as exc:  # a full disk: the name holds for this run, the next start asks again
+            log.warning("gossip: cannot remember the name %r in %s: %s", derived, self.loop.rt.args.home, exc)
+        log.info("gossip: node name %r is used by node %s at %s, which started first; this node, given "
+                 "no name, goes by %r (set --node-name to choose one)", taken, holder.node_id, endpoint, derived)
+        self.publish(self.info())
 
     def refuse(self, holder: Named, endpoint: str) -> None:
         """This node started after a live node of the same name: it leaves every peer and stays
@@ -236,13 +266,18 @@ class Gossip:
 
     def publish(self, me: NodeInfo) -> None:
         if time.monotonic() < self.quiet_until:
-            return
+            heard = self.table.endpoints()
+            own = {f"{a}:{self.ns.port}" for a in self.addresses}
+            if not view_complete(self.bootstrap | set(self.learned) | heard, heard, own):
+                return
+            self.quiet_until = 0.0  # every node it knows of said hello: the view is whole
         members = [Member(info=me, master_endpoint=f"tcp://{self.addresses[0]}:{self.ns.master_port}")]
         members += [Member(info=p.hello.info, master_endpoint=f"tcp://{p.address}:{p.hello.master_port}")
                     for p in self.table.peers.values()]
         self.loop.publish(EVT_CLUSTER, Membership(node_id=self.ns.node_id, members=tuple(members)),
                           suffix="membership")
-        self.loop.status_detail = self.refused or f"{len(members)} node(s), namespace {self.ns.namespace}"
+        self.loop.status_detail = self.refused or (f"node {self.me.name}: {len(members)} node(s), "
+                                                   f"namespace {self.ns.namespace}")
 
     # ---- LAN discovery ---------------------------------------------------------------------
     def open_discovery(self) -> socket.socket | None:
@@ -284,6 +319,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--master-port", type=int, required=True)
     p.add_argument("--node-id", required=True)
     p.add_argument("--node-name", default=socket.gethostname())  # shown as friendlyName; unique in the cluster
+    p.add_argument("--derived-name", default="")  # given no name: the one to take where --node-name is held
     p.add_argument("--started", type=float, default=0.0)  # the node's start (epoch s): settles name clashes
     p.add_argument("--namespace", default="skulk")
     p.add_argument("--peers", default="")

@@ -17,7 +17,11 @@
 - Loss: when the leader leaves the gossip membership (or stops announcing), every node
   campaigns: raises its clock above any seen, tells every member, and after `timeout_s`
   (DEFAULT_ELECTION_TIMEOUT, 3 s) picks the max candidate by (clock, last applied index,
-  node id): the node that knows the most state wins. Each win opens a new session. A leader
+  node id): the node that knows the most state wins. Once every member gossip lists has
+  campaigned at this clock, nobody is left to hear from: the pick is made `SETTLE_S` after the
+  campaign began instead (a cluster forming or a master lost with every other node alive: 0.5 s,
+  not 3); the wait lets members still being discovered show up first. Each win opens a new
+  session. A leader
   ignores campaigns (a follower that froze past the liveness window campaigns on thaw, then
   hears the leader's announce and follows it): no new session, nothing in flight fails.
 """
@@ -29,6 +33,10 @@ from dataclasses import dataclass, field
 from skulk.wire.cluster import Campaign, LeaderAnnounce
 
 DEFAULT_ELECTION_TIMEOUT = 3.0
+SETTLE_S = 0.5
+"""A campaign every member has joined is decided this long after it began (at most the timeout):
+gossip hellos every 0.25 s, so a member the others are still discovering is in the membership
+by then, and its campaign is awaited as well."""
 ANNOUNCE_LIVENESS_S = 3.0
 BOOT_WAIT_S = 10.0
 """How long a booting master waits for its node's first membership before leading alone. Gossip
@@ -71,6 +79,7 @@ class Election:
     commands: int = 0  # state-changing commands executed as leader
     leader_seen: float = 0.0
     campaign_until: float | None = None
+    campaign_began: float = 0.0
     candidates: dict[str, Campaign] = field(default_factory=dict)
     members: frozenset[str] = frozenset()
     followers: set[str] = field(default_factory=set)
@@ -117,10 +126,16 @@ class Election:
         self.booting_until = None
         self.clock += 1
         self.leader, self.session = None, ""
-        self.campaign_until = now + self.timeout_s
+        self.campaign_until, self.campaign_began = now + self.timeout_s, now
         me = Campaign(node_id=self.node_id, clock=self.clock, last_idx=last_idx)
         self.candidates = {self.node_id: me}
         return [Broadcast(me)]
+
+    def all_heard(self, now: float) -> bool:
+        """The campaign can be decided before its timeout: every member (there are others) has
+        campaigned at this clock, and it began at least `SETTLE_S` ago."""
+        return (len(self.members) > 1 and self.node_id in self.members and self.members <= self.candidates.keys()
+                and now >= self.campaign_began + min(SETTLE_S, self.timeout_s))
 
     def on_membership(self, members: frozenset[str], now: float, last_idx: int) -> list[Action]:
         thawed = self._thawed(now, last_idx)
@@ -195,7 +210,7 @@ class Election:
             return self._booted(now, last_idx) if now >= self.booting_until else []
         if thawed := self._thawed(now, last_idx):
             return thawed
-        if self.campaign_until is not None and now >= self.campaign_until:
+        if self.campaign_until is not None and (now >= self.campaign_until or self.all_heard(now)):
             self.campaign_until = None
             live = [c for n, c in self.candidates.items() if n == self.node_id or n in self.members]
             winner = max(live, key=lambda c: (c.clock, c.last_idx, c.node_id))

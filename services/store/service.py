@@ -23,7 +23,7 @@ from skulk.services.store.registry import Registry
 from skulk.services.store.server import StoreApp, serve
 from skulk.supervisor import model_store
 from skulk.wire.catalog import CatalogReport
-from skulk.services.store.cards import scan
+from skulk.wire.model_cards import scan
 from skulk.wire.topics import EVT_CATALOG
 
 log = logging.getLogger("skulk.store")
@@ -43,12 +43,11 @@ def publish_catalog(loop: ServiceLoop, models: Path, store: Path | None) -> None
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """`model_store.store_argv`'s arguments (`--store-path` absent: no store), plus whether
-    this node is the store host: `--is-store-host 0/1`, or else decided from `--store-host`
-    and this node's `--node-id` / `--node-name`."""
+    """`model_store.store_argv`'s arguments (`--store-path` absent: no store), among them whether
+    this node is the store host (`--is-store-host 0/1`; absent: decided from `--store-host`
+    and this node's `--node-id` / `--node-name`)."""
     p = argparse.ArgumentParser(prog="skulk.services.store")
     model_store.add_store_arguments(p)
-    p.add_argument("--is-store-host", type=int, choices=(0, 1), default=None)
     p.add_argument("--node-id", default="")
     p.add_argument("--node-name", default="")
     p.add_argument("--listen", default="0.0.0.0", help="address the store's HTTP server binds")

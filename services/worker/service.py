@@ -27,7 +27,7 @@ import zmq
 from skulk.wire.replica import TOPICS, ReplicaCore, drain_bus, snapshot_request, take_snapshot
 from skulk.services.base import ServiceLoop
 from skulk.services.worker import eviction
-from skulk.supervisor.model_store import add_store_arguments, is_store_host, store_from_args
+from skulk.supervisor.model_store import add_store_arguments, store_from_args
 from skulk.services.worker.runner_gauges import RunnerGauges
 from skulk.services.worker.runner_keeper import RunnerKeeper
 from skulk.services.worker.decide import eviction_due, plan_staging
@@ -52,7 +52,7 @@ class Worker:
         self.loop, self.ns = loop, ns
         self.models_dir = loop.rt.args.home / "models"
         self.store = store_from_args(ns, loop.rt.args.home)
-        host = self.store is not None and is_store_host(self.store, ns.node_name, ns.node_id)
+        host = self.store is not None and bool(ns.is_store_host)  # decided by the supervisor (store_argv)
         self.store_path = self.store.store_path if self.store and host else None  # loads straight from it
         staging = self.store.staging if self.store else None
         self.staging = staging.node_cache_path if staging and staging.enabled and not host else None
@@ -174,7 +174,6 @@ class Worker:
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="skulk.services.worker")
     p.add_argument("--node-id", required=True)
-    p.add_argument("--node-name", default="")
     p.add_argument("--listen", default="0.0.0.0")
     add_store_arguments(p)  # none given: no store, models come from the models dir
     ns = p.parse_args(argv)

@@ -29,6 +29,14 @@ def state_of(node: Node) -> dict[str, Any] | None:
     return body if status == 200 else None
 
 
+def name_of(node: Node) -> str:
+    """The node's name as its own /state shows it (`friendlyName`): nodes here are given no
+    names, so the first of a cluster on this machine holds the host name, the others their
+    derived names."""
+    node_id = http_json(f"{node.url}/node_id")[1]
+    return http_json(f"{node.url}/state")[1]["nodeIdentities"][node_id]["friendlyName"]
+
+
 def converged(nodes: list[Node], count: int, same_idx: bool = False) -> dict[str, Any] | None:
     """When every node's /state lists `count` nodes and names the same master: that master."""
     states = [state_of(n) for n in nodes]

@@ -98,10 +98,13 @@ class Node:
 def start_node(tmp: Path, name: str = "node", config: dict[str, Any] | None = None,
                env: dict[str, str] | None = None, ready: bool = True,
                args: tuple[str, ...] = (), models: dict[str, Path] | None = None,
-               command: tuple[str, ...] = (sys.executable, "-m", "skulk.scripts.cli")) -> Node:
-    """`name` is the node's home dir under `tmp` and its node name (`--node-name`: several
-    nodes on one machine need their own). `command` is the CLI to run (default: this
-    interpreter's skulk; a wheel test passes an installed `skulk` script)."""
+               command: tuple[str, ...] = (sys.executable, "-m", "skulk.scripts.cli"),
+               node_name: str = "") -> Node:
+    """`name` is the node's home dir under `tmp`. Nodes are named as a user's are, by nobody:
+    every node on this machine starts under the host name and all but the first take their
+    derived names; `node_name` gives one (`--node-name`) where a test points config at it.
+    `command` is the CLI to run (default: this interpreter's skulk; a wheel test passes an
+    installed `skulk` script)."""
     home = tmp / name
     home.mkdir(parents=True, exist_ok=True)
     if config:
@@ -115,7 +118,7 @@ def start_node(tmp: Path, name: str = "node", config: dict[str, Any] | None = No
     log_path = home / "node.out"
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full_env.pop("SKULK_HOME", None)
-    argv = [*command, "run", "--home", str(home), "--node-name", name,
+    argv = [*command, "run", "--home", str(home), *(("--node-name", node_name) if node_name else ()),
             "--api-port", str(api_port), "--cluster-port", str(cluster_port), "--listen", "127.0.0.1",
             *args]
     with open(log_path, "ab") as log:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
-from tests.integration.cluster import FAST, converged, node_args, state_of
+from tests.integration.cluster import FAST, converged, name_of, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import MODEL, http_json, sse_events
@@ -133,7 +133,9 @@ def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):
     page.goto(f"{a.url}/cluster")
     nodes = page.get_by_test_id("node")
     expect(nodes).to_have_count(2)
-    for name in ("a", "b"):
+    names = [name_of(a), name_of(b)]  # given no names: the host name, and b's derived name
+    assert names[0] != names[1]
+    for name in names:
         card = nodes.filter(has=page.get_by_role("heading", name=name, exact=True))
         expect(card).to_have_count(1)
         expect(card.get_by_test_id("node-health")).to_have_text("ok")
@@ -155,7 +157,7 @@ def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):
     expect(card.get_by_test_id("instance-status")).to_have_text("Ready", timeout=180_000)
     expect(card.get_by_test_id("rank")).to_have_count(2)
     expect(card.get_by_test_id("rank").filter(has_text="Ready")).to_have_count(2)
-    for name in ("a", "b"):
+    for name in names:
         expect(card.get_by_test_id("rank").filter(has=page.get_by_role("cell", name=name, exact=True))).to_have_count(1)
     idle_figure = tps_of(card)
     assert idle_figure in ("0.0", "–"), idle_figure

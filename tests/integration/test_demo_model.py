@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skulk.services.store.cards import card_from_dir
+from skulk.wire.model_cards import card_from_dir
 
 
 def build(home: Path, seed: int) -> str:

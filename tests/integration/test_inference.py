@@ -22,6 +22,10 @@ PROMPT = "Beautiful is better than ugly."
 @pytest.fixture
 def serving(nodes, demo_model):
     node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    # A node's own models are listed from the API's first answer (before its master has a state
+    # or has indexed the store's first catalog report).
+    listed = http_json(f"{node.url}/v1/models")[1]["data"]
+    assert [m["id"] for m in listed] == [MODEL], listed
     t0 = time.monotonic()
     runner = wait_model_ready(node)
     print(f"demo model ready {time.monotonic() - t0:.2f}s after the node's roles")

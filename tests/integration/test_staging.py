@@ -44,7 +44,7 @@ def store_cluster(nodes, demo_model, tmp_path):
             (store / DEMO_DIR / "skulk.json").write_text('{"companions": ["skulk/demo-drafter"]}')
         config = store_config(store, free_port(), keep_gb)
         namespace = f"s-{uuid.uuid4().hex[:8]}"
-        n0 = nodes("n0", config=config, args=node_args(namespace, []))
+        n0 = nodes("n0", config=config, args=node_args(namespace, []), node_name="n0")  # the store_host
         rest = [nodes(f"n{i}", config=config, args=node_args(namespace, [n0]), env=env) for i in (1, 2)]
         cluster = [n0, *rest]
         ids = {}

@@ -39,9 +39,11 @@ def test_json_lines_carry_the_fields_and_the_request_ids(nodes, demo_model):
                "the request's lines from the api and the runner")  # re-checked on each bus message
     lines = json_lines(node.log_path)
     assert lines, node.log_tail()
+    name = node.admin("status").node_name  # given no name: the host name (it is alone)
+    assert name
     for line in lines:
         assert FIELDS <= set(line), line
-        assert line["node"] == "jsonlog" and isinstance(line["pid"], int) and line["time"].endswith("Z")
+        assert line["node"] == name and isinstance(line["pid"], int) and line["time"].endswith("Z")
     roles = {line["role"] for line in lines}
     assert {"supervisor", "bus", "master", "api", "worker", runner} <= roles, roles
     mine = request_lines()

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from skulk.wire.trace_files import TracePart, now_us, write_part
-from tests.integration.cluster import converged, node_args
+from tests.integration.cluster import converged, name_of, node_args
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import MODEL, http_json
 
@@ -37,7 +37,7 @@ def write_parts(node: Node, task: str, t0: int, parts: dict[str, list[tuple[str,
     nid = node_id(node)
     for name, spans in parts.items():
         rank = int(name[4:]) if name.startswith("rank") else -1
-        part = TracePart(task_id=task, part=name, node_id=nid, friendly_name=node.home.name, model_id=MODEL)
+        part = TracePart(task_id=task, part=name, node_id=nid, friendly_name=name_of(node), model_id=MODEL)
         for span, cat, start, dur in spans:
             part.add(span, cat, t0 + start, t0 + start + dur, rank=rank)
         assert write_part(node.home, part) is not None
@@ -78,7 +78,7 @@ def test_cluster_traces_merge_every_nodes_parts_and_survive_a_lost_peer(nodes):
     assert [e["taskId"] for e in listed["traces"]] == [task, "only-on-a"]
     entry = listed["traces"][0]
     assert {n["nodeId"] for n in entry["sourceNodes"]} == {node_id(a), node_id(b)}
-    assert {n["friendlyName"] for n in entry["sourceNodes"]} == {a.home.name, b.home.name}
+    assert {n["friendlyName"] for n in entry["sourceNodes"]} == {name_of(a), name_of(b)}
     assert entry["categories"] == sorted(expected) and entry["modelId"] == MODEL
     print(f"/v1/traces/cluster on the third node: {len(listed['traces'])} traces in {took * 1000:.0f} ms")
 
@@ -101,8 +101,8 @@ def test_cluster_traces_merge_every_nodes_parts_and_survive_a_lost_peer(nodes):
     complete = [e for e in raw["traceEvents"] if e["ph"] == "X"]
     lanes = {e["args"]["name"] for e in raw["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
     assert len(complete) == len(spans) and all(isinstance(e["ts"], int) and e["dur"] >= 0 for e in complete)
-    assert lanes == {f"{a.home.name} api", f"{a.home.name} router", f"{a.home.name} rank 0",
-                     f"{b.home.name} rank 1"}
+    an, bn = name_of(a), name_of(b)
+    assert lanes == {f"{an} api", f"{an} router", f"{an} rank 0", f"{bn} rank 1"}
     assert get(c, "/v1/traces/cluster/nope")[:2] == (404, {"error": {
         "message": "Trace not found: nope", "type": "Not Found", "param": None, "code": 404}})
     assert get(c, "/v1/traces/cluster/a..b/stats")[0] == 400
@@ -119,14 +119,14 @@ def test_cluster_traces_merge_every_nodes_parts_and_survive_a_lost_peer(nodes):
 
     # B freezes (still a member: its API accepts connections and never answers): reported
     # unreachable, the call answers within the deadline with what the others have.
-    b_id = node_id(b)
+    b_id, b_name = node_id(b), name_of(b)
     os.killpg(b.pid, signal.SIGSTOP)
     try:
         status, listed, frozen_took = get(c, "/v1/traces/cluster")
         assert status == 200 and frozen_took < FANOUT_BOUND_S, frozen_took
         assert [e["taskId"] for e in listed["traces"]] == ["only-on-a"]
         (gone,) = listed["unreachableNodes"]
-        assert gone["nodeId"] == b_id and gone["friendlyName"] == b.home.name and gone["error"]
+        assert gone["nodeId"] == b_id and gone["friendlyName"] == b_name and gone["error"]
         status, body, took = get(c, f"/v1/traces/cluster/{task}")
         assert status == 404 and took < FANOUT_BOUND_S
         status, body, _ = get(c, "/v1/traces/cluster/only-on-a")

@@ -15,7 +15,7 @@ from skulk.services.api.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.state import ToolCall
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
-from skulk.services.store.cards import card_from_dir, scan
+from skulk.wire.model_cards import card_from_dir, scan
 from skulk.wire.models import ModelDirError, dir_name
 from skulk.wire.state import RunnerStatus, State
 

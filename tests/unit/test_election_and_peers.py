@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address
-from skulk.services.master.election import BecomeLeader, Broadcast, Election, Follow
+from hypothesis import given
+from hypothesis import strategies as st
+
+from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address, view_complete
+from skulk.services.master.election import SETTLE_S, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.replication import SessionLog, seed
 from skulk.wire.cluster import Campaign, LeaderAnnounce, PeerHello
 from skulk.wire.state import IndexedEvent, NodeInfo, State, TaskDeleted
@@ -230,3 +233,68 @@ def test_the_leaders_master_restarted_in_place_does_not_wipe_the_cluster_state()
     again.on_campaign(joined[0].msg, 1.3, -1)
     assert b.tick(4.2, 483) == [BecomeLeader("2-b")]  # the most informed wins
     assert again.tick(4.3, -1) == [] and again.leader == "b"
+
+
+def test_a_campaign_every_member_joined_is_decided_after_the_settle_time_not_the_timeout():
+    e = Election("a", timeout_s=3.0)
+    e.on_membership(frozenset({"a", "b", "c"}), 0.0, 0)
+    e.start(0.0, last_idx=4)
+    e.on_campaign(Campaign(node_id="b", clock=1, last_idx=4), 0.1, 4)
+    e.on_campaign(Campaign(node_id="c", clock=1, last_idx=2), 0.2, 4)
+    assert e.tick(SETTLE_S - 0.05, 4) == [] and e.campaign_until is not None  # everyone in, within SETTLE_S
+    assert e.tick(SETTLE_S, 4) == [] and e.leader == "b"  # decided: b (same index, larger id than a)
+
+    late = Election("a", timeout_s=3.0)
+    late.on_membership(frozenset({"a", "b", "c"}), 0.0, 0)
+    late.start(0.0, last_idx=4)
+    late.on_campaign(Campaign(node_id="b", clock=1, last_idx=4), 0.1, 4)
+    assert late.tick(SETTLE_S + 0.1, 4) == [] and late.campaign_until is not None  # c has not campaigned
+    late.on_campaign(Campaign(node_id="c", clock=1, last_idx=9), 1.0, 4)
+    assert late.tick(1.0, 4) == [] and late.leader == "c"  # decided as soon as the last one is in
+
+
+def test_a_member_that_never_campaigns_keeps_the_whole_timeout():
+    e = Election("c", timeout_s=3.0)
+    e.on_membership(frozenset({"a", "b", "c"}), 0.0, 0)
+    e.start(0.0, last_idx=0)
+    e.on_campaign(Campaign(node_id="a", clock=1, last_idx=0), 0.1, 0)
+    assert e.tick(2.9, 0) == [] and e.campaign_until is not None  # b's master may be restarting
+    assert e.tick(3.0, 0) == [BecomeLeader("1-c")]
+
+
+def test_a_campaign_before_the_first_membership_waits_for_the_timeout():
+    e = Election("a", timeout_s=3.0)
+    e.boot(0.0, wait_s=10.0)
+    e.on_campaign(Campaign(node_id="b", clock=2, last_idx=0), 0.5, 0)  # heard before gossip spoke
+    assert e.tick(SETTLE_S + 0.1, 0) == [] and e.campaign_until is not None
+
+
+@given(st.integers(2, 5), st.randoms(use_true_random=False))
+def test_nodes_that_all_campaign_agree_on_one_leader_early(n, rnd):
+    """Every node sees the same members and campaigns (a cluster forming); campaigns arrive in
+    any order within 0.5 s: all pick the same winner, exactly one leads, before the timeout."""
+    ids = [f"n{i}" for i in range(n)]
+    nodes = {i: Election(i, timeout_s=3.0) for i in ids}
+    inbox: list[tuple[float, str, Campaign]] = []
+    for i, e in nodes.items():
+        e.on_membership(frozenset(ids), 0.0, 0)
+        for action in e.start(rnd.uniform(0.0, 0.3), last_idx=rnd.randint(0, 3)):
+            inbox += [(e.campaign_began + rnd.uniform(0.0, 0.2), j, action.msg) for j in ids if j != i]
+    leaders, t = [], 0.0
+    while t < 2.9:
+        t = round(t + 0.1, 1)
+        for due in sorted((m for m in inbox if m[0] <= t), key=lambda m: (m[0], m[1])):
+            inbox.remove(due)
+            for action in nodes[due[1]].on_campaign(due[2], t, 0):
+                inbox += [(t + rnd.uniform(0.0, 0.2), j, action.msg) for j in ids if j != due[1]]
+        for e in nodes.values():
+            leaders += [e.node_id for a in e.tick(t, 0) if isinstance(a, BecomeLeader)]
+    assert len(leaders) == 1 and all(e.leader == leaders[0] for e in nodes.values())
+
+
+def test_a_restarted_gossip_keeps_quiet_until_it_heard_everyone_it_knows_of():
+    own = {"10.0.0.1:52416"}
+    assert not view_complete(set(), set(), own)  # heard nobody: a lonely view, keep quiet
+    assert not view_complete({"10.0.0.2:52416", "10.0.0.3:52416"}, {"10.0.0.2:52416"}, own)
+    assert view_complete({"10.0.0.2:52416", "10.0.0.3:52416", "10.0.0.1:52416"},
+                         {"10.0.0.2:52416", "10.0.0.3:52416"}, own)  # itself, named by a peer, excepted

@@ -22,7 +22,7 @@ from skulk.services.runner.embed_engine import Embedder, Pooling, group_size, po
 from skulk.wire.codec import decode, encode as wire_encode
 from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Routed, TextEmbedding, TextGeneration
 from skulk.wire.inference import Cancel, Embed, Embeddings, Failed, FailReason, Generate
-from skulk.services.store.cards import card_from_dir
+from skulk.wire.model_cards import card_from_dir
 from skulk.wire.models import ModelCard, ModelTask
 from skulk.wire.placement import GIB, PlacementError, place
 from skulk.wire.state import ChatMessage, NodeGatheredInfo, RunnerStatus, RunnerStatusUpdated, TaskParams

@@ -37,7 +37,7 @@ def test_a_model_directory_names_its_companions_in_skulk_json(tmp_path):
 
     import pytest
 
-    from skulk.services.store.cards import card_from_dir
+    from skulk.wire.model_cards import card_from_dir
     from skulk.wire.models import ModelDirError
     from tests.fake_models import make_model
 

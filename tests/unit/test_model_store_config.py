@@ -115,19 +115,22 @@ def test_node_overrides_merge_by_node_id_first_then_by_name():
                                          "abc123": {"staging": {"cleanup_on_deactivate": False,
                                                                 "node_cache_path": "/fast/stage"}}}})
     base = store.staging
-    assert staging_for(store, "other", "zzz") == base
-    by_name = staging_for(store, "mini", "zzz")  # names match without case
+    assert staging_for(store, ("other",), "zzz") == base
+    by_name = staging_for(store, ("mini",), "zzz")  # names match without case
     assert by_name == StagingConfig(enabled=True, node_cache_path=base.node_cache_path,
                                     cleanup_on_deactivate=True, staging_keep_recent_gb=0.0)
-    by_id = staging_for(store, "mini", "abc123")  # the id wins over the name
+    by_id = staging_for(store, ("mini",), "abc123")  # the id wins over the name
     assert by_id == StagingConfig(enabled=True, node_cache_path=Path("/fast/stage"),
                                   cleanup_on_deactivate=False, staging_keep_recent_gb=10.0)
 
 
 def test_store_host_is_a_node_name_or_a_node_id():
     store = store_of(dict(BASE, store_host="StoreBox"))
-    assert is_store_host(store, "storebox", "n1") and not is_store_host(store, "other", "n1")
-    assert is_store_host(store_of(dict(BASE, store_host="abc123")), "other", "abc123")
+    assert is_store_host(store, ("storebox",), "n1") and not is_store_host(store, ("other",), "n1")
+    assert is_store_host(store_of(dict(BASE, store_host="abc123")), ("other",), "abc123")
+    # a node given no name is called by its host name and by its derived name
+    assert is_store_host(store, ("mini", "StoreBox-1a2b"), "n1") is False
+    assert is_store_host(store_of(dict(BASE, store_host="mini-1a2b")), ("mini", "mini-1A2B"), "n1")
 
 
 def parse_store_args(argv: tuple[str, ...], home: Path = HOME) -> ModelStoreConfig | None:
@@ -141,29 +144,31 @@ def test_the_roles_get_this_nodes_settings_with_the_override_applied():
                       "download": {"allow_hf_fallback": False},
                       "node_overrides": {"mini": {"staging": {"staging_keep_recent_gb": 0.5,
                                                               "cleanup_on_deactivate": False}}}})
-    argv = store_argv(store, "mini", "n1")
+    argv = store_argv(store, ("mini",), "n1")
     assert "--staging-keep-gb" in argv and "node_overrides" not in " ".join(argv)
     back = parse_store_args(argv)
     assert back == ModelStoreConfig(store_host="storebox", store_path=Path("/srv/models"),
-                                    staging=staging_for(store, "mini", "n1"), store_http_host="10.0.0.5",
+                                    staging=staging_for(store, ("mini",), "n1"), store_http_host="10.0.0.5",
                                     store_port=9000, allow_hf_fallback=False)
-    assert parse_store_args(store_argv(store, "other", "n2")).staging == store.staging  # type: ignore[union-attr]
+    assert parse_store_args(store_argv(store, ("other",), "n2")).staging == store.staging  # type: ignore[union-attr]
 
 
 def test_no_store_or_a_disabled_one_passes_nothing():
-    assert store_argv(None, "n", "i") == () and parse_store_args(()) is None
-    assert store_argv(store_of({**BASE, "enabled": False}), "n", "i") == ()
+    assert store_argv(None, ("n",), "i") == () and parse_store_args(()) is None
+    assert store_argv(store_of({**BASE, "enabled": False}), ("n",), "i") == ()
 
 
 def test_store_worker_and_gossip_get_the_name_and_the_store(tmp_path: Path):
     cfg = load(tmp_path, {"model_store": BASE}, node_name="n1")
     for role in ("store", "worker", "api"):
         args = role_args(cfg, role, "id1")
-        assert args[args.index("--node-name") + 1] == "n1"
         assert args[args.index("--store-host") + 1] == "storebox"
+        assert args[args.index("--is-store-host") + 1] == "0"  # decided once, for every role
         assert args[args.index("--staging-root") + 1] == str(tmp_path.resolve() / "staging")
     gossip = role_args(cfg, "gossip", "id1", started=123.5)
     assert gossip[gossip.index("--node-name") + 1] == "n1" and gossip[gossip.index("--started") + 1] == "123.5"
+    host = role_args(load(tmp_path, {"model_store": {**BASE, "store_host": "N1"}}, node_name="n1"), "worker", "id1")
+    assert host[host.index("--is-store-host") + 1] == "1"
     plain = load(tmp_path, {}, node_name="n1")
     assert "--store-host" not in role_args(plain, "store", "id1") + role_args(plain, "worker", "id1") \
         + role_args(plain, "api", "id1")

@@ -1,7 +1,9 @@
 """`GET /v1/models` and `GET /models`: every model of the cluster, from the replicated catalog
 (each node's store role reports its models dir, the store host the store), and the card
-lookup placement uses. No request reads a disk: right after a node starts, a lookup waits a
-few seconds for the catalog to list this node's models."""
+lookup placement uses. No request reads a disk. A node's own models are known at start: the
+API reads its models dir once when it starts and lists those too until the catalog lists this
+node (a node just started, whose master has not yet indexed its store's first report, answers
+its models from the first request). A lookup for placement waits a few seconds for the catalog."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import falcon
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.state_json import model_entry
 from skulk.wire.catalog import cards_of
+from skulk.wire.model_cards import scan
 from skulk.wire.models import ModelCard
 from skulk.wire.replica import StateReplica
 
@@ -26,10 +29,16 @@ class Catalog:
 
     def __init__(self, replica: StateReplica, node_id: str, models_dir: Path) -> None:
         self.replica, self.node_id, self.models_dir = replica, node_id, models_dir
+        self.own, _rejected = scan(models_dir)  # this node's models at start (the store role logs rejects)
 
     def cards(self) -> dict[str, ModelCard]:
-        state = self.replica.get(timeout=1.0)
-        return cards_of(state.catalog) if state else {}
+        """The cluster's models; this node's own (read at start) too while the catalog does not
+        list this node yet (no wait for the first state where they are known)."""
+        state = self.replica.get(timeout=0.0 if self.own else 1.0)
+        if state is not None and self.node_id in state.catalog:
+            return cards_of(state.catalog)
+        listed = cards_of(state.catalog) if state else {}
+        return dict(sorted({**self.own, **listed}.items()))
 
     def card(self, model_id: object) -> ModelCard:
         """The model's card (400 without an id, 404 when no node and no store has it)."""

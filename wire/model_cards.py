@@ -1,5 +1,6 @@
 """Model directories into cards (`<models>/<org>--<name>/config.json`): the store role reads
-them for the catalog, `skulk model add` to validate a model. A real model copied into a models
+them for the catalog, the API its own node's at start (listed before the catalog has them),
+`skulk model add` to validate a model. A real model copied into a models
 dir or the store gets a card the same way the demo model does.
 
 A directory may name its companions (a drafter, an MTP sidecar, split vision weights) in

@@ -1,0 +1,170 @@
+"""Benchmark: how long N nodes started together on one machine take to form one cluster.
+
+    python -m skulk.scripts.bench_formation [--nodes 3] [--rounds 3] [--named]
+
+Each round starts N nodes at once as a user does on one machine: each its own home and ports,
+no names (one host name for all; `--named` gives each its own, for a build from before nodes
+given no name could share a host name), the first without peers and the others with it as
+their bootstrap peer. Formed: every node's `GET /state` lists N nodes and names the same master.
+Waits are on real signals: every re-check follows a message on the first node's bus (gossip
+publishes membership every 0.25 s). Prints, per round and as medians, where the time went,
+read from the nodes' own logs: every role of every node ready, the first membership listing
+all N nodes, the last node to lead or follow, and formed as `/state` shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from skulk.scripts.http_client import request
+from skulk.scripts.ports import free_port
+from skulk.wire import endpoints
+from skulk.wire.sockets import make_socket
+
+LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3}) \| \w+\s*\| [\w-]+:\d+\] (.*)$")
+
+
+class Launched:
+    def __init__(self, root: Path, i: int) -> None:
+        self.home = root / f"node{i}"
+        self.api, self.cluster = free_port(), free_port(pair=True)
+        self.url = f"http://127.0.0.1:{self.api}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, namespace: str, peer: Launched | None, named: bool = False) -> None:
+        args = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(self.home),
+                "--api-port", str(self.api), "--cluster-port", str(self.cluster),
+                "--listen", "127.0.0.1", "--namespace", namespace,
+                *(("--node-name", self.home.name) if named else ())]
+        if peer is not None:
+            args += ["--bootstrap-peers", f"127.0.0.1:{peer.cluster}"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+
+    def state(self) -> dict[str, Any] | None:
+        try:
+            return request(f"{self.url}/state", timeout=5)
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=30)
+
+
+def formed(nodes: list[Launched]) -> bool:
+    states = [n.state() for n in nodes]
+    if any(s is None for s in states):
+        return False
+    masters = {s["masterNodeId"] for s in states}  # type: ignore[index]
+    return len(masters) == 1 and bool(next(iter(masters))) and \
+        all(len(s["nodeIdentities"]) == len(nodes) for s in states)  # type: ignore[index]
+
+
+def log_times(path: Path, day: datetime.date) -> list[tuple[float, str]]:
+    """(epoch seconds, message) of every line of one log file."""
+    out = []
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            h, mi, s, ms, msg = m.groups()
+            when = datetime.datetime.combine(day, datetime.time(int(h), int(mi), int(s), int(ms) * 1000))
+            out.append((when.timestamp(), msg))
+    return out
+
+
+def first(lines: list[tuple[float, str]], needle: str) -> float | None:
+    return next((t for t, msg in lines if needle in msg), None)
+
+
+def stages(nodes: list[Launched], t0: float) -> dict[str, float]:
+    """Seconds after the launch when the last node reached each stage (from the nodes' logs)."""
+    day = datetime.datetime.fromtimestamp(t0).date()
+    ready, members, settled = [], [], []
+    for node in nodes:
+        logs = node.home / "logs"
+        ready.append(first(log_times(logs / "supervisor.log", day), "node ready") or float("nan"))
+        gossip = log_times(logs / "gossip.log", day)
+        joined = [t for t, msg in gossip if "joined at" in msg]
+        members.append(joined[len(nodes) - 2] if len(joined) >= len(nodes) - 1 else float("nan"))
+        master = log_times(logs / "master.log", day)
+        settled.append(max((t for t, msg in master if "elected leader" in msg or "following leader" in msg),
+                           default=float("nan")))
+    return {"all roles ready": max(ready) - t0, "every gossip heard every peer": max(members) - t0,
+            "every master leads or follows": max(settled) - t0}
+
+
+def one_round(root: Path, n: int, i: int, named: bool = False) -> dict[str, float]:
+    nodes = [Launched(root / f"round{i}", k) for k in range(n)]
+    ctx: zmq.Context[Any] = zmq.Context.instance()
+    bus = make_socket(ctx, zmq.SUB, hwm=100000, subscribe=(b"evt.",),
+                      connect=endpoints.bus_capture(endpoints.run_dir(nodes[0].home.resolve())))
+    namespace = f"bench-form-{os.getpid()}-{i}"
+    try:
+        t0_wall, t0 = time.time(), time.monotonic()
+        for node in nodes:
+            node.start(namespace, nodes[0] if node is not nodes[0] else None, named)
+        deadline = t0 + 120
+        while not formed(nodes):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{n} nodes did not form one cluster within 120 s")
+            if bus.poll(int(min(left, 1.0) * 1000), zmq.POLLIN):  # the API may answer before the bus
+                bus.recv_multipart()
+                while bus.poll(0, zmq.POLLIN):
+                    bus.recv_multipart()
+        took = time.monotonic() - t0
+        out = stages(nodes, t0_wall)
+        out["formed (/state)"] = took
+        return out
+    finally:
+        bus.close(0)
+        for node in nodes:
+            node.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--named", action="store_true", help="give each node its own --node-name")
+    ns = p.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="skulk-bench-formation-"))
+    rows: list[dict[str, float]] = []
+    try:
+        for i in range(ns.rounds):
+            rows.append(one_round(root, ns.nodes, i, ns.named))
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v:.2f}s" for k, v in rows[-1].items()), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{ns.nodes} nodes started together, {'named' if ns.named else 'no names'}, {ns.rounds} rounds (median):")
+    for key in rows[0]:
+        print(f"  {key:32s} {statistics.median(r[key] for r in rows):6.2f}s"
+              f"  (worst {max(r[key] for r in rows):.2f}s)")
+
+
+if __name__ == "__main__":
+    main()
