@@ -23,19 +23,32 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "models" / DEMO_DIR
 
 
-@pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[Callable[..., Node]]:
-    """`nodes(name=..., config=..., env=..., args=..., models=...)` starts a real node;
-    all are killed at teardown, whatever happened."""
+def _node_factory(root: Path) -> Iterator[Callable[..., Node]]:
     started: list[Node] = []
 
     def start(name: str = "node", ready: bool = True, **kw: Any) -> Node:
-        node = start_node(tmp_path, name, ready=False, **kw)
+        node = start_node(root, name, ready=False, **kw)
         started.append(node)
         if ready:
             node.wait_ready(timeout=30)
         return node
 
-    yield start
-    for node in started:
-        node.kill_all()
+    try:
+        yield start
+    finally:
+        for node in started:
+            node.kill_all()
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    """`nodes(name=..., config=..., env=..., args=..., models=...)` starts a real node;
+    all are killed at teardown, whatever happened."""
+    yield from _node_factory(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_nodes(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Callable[..., Node]]:
+    """As `nodes`, for nodes a whole test file shares (tests that only read what the node
+    serves; a test that breaks a node starts its own): killed after the file's last test."""
+    yield from _node_factory(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))

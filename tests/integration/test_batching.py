@@ -23,15 +23,26 @@ with sgemm, where this CPU computes them exactly: batching must not change a req
 that path either. Where it does not, the runner keeps sgemm (and the tests check that path)."""
 
 
-@pytest.fixture
-def serving(nodes, demo_model):
-    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model}, env=BLOCKED,
+def batching_node(start, demo_model):
+    node = start(args=("--place", MODEL), models={DEMO_DIR: demo_model}, env=BLOCKED,
                  config={"runner": {"max_batch": 8, "queue_max": 16}})
     wait_model_ready(node)
     line = next(ln for ln in node.log_path.read_text().splitlines() if "decode matmuls:" in ln)
     assert "row blocks (forced; exact on this CPU" in line or "sgemm (not exact on this CPU:" in line, line
     print(f"path checked: {line[line.index('decode matmuls:'):]}")
     return node
+
+
+@pytest.fixture(scope="module")
+def serving(module_nodes, demo_model):
+    """One node for the file's tests that leave it as it was (no cache state asserted)."""
+    return batching_node(module_nodes, demo_model)
+
+
+@pytest.fixture
+def fresh(nodes, demo_model):
+    """A node of the test's own: an empty prefix cache."""
+    return batching_node(nodes, demo_model)
 
 
 def test_eight_concurrent_greedy_requests_match_each_sent_alone(serving):
@@ -97,7 +108,8 @@ def test_a_seeded_sampled_request_repeats_exactly(serving):
     assert status == 400 and "seed" in reply["error"]["message"]
 
 
-def test_a_repeated_system_prompt_is_reused_and_changes_nothing(serving, nodes, demo_model):
+def test_a_repeated_system_prompt_is_reused_and_changes_nothing(fresh, nodes, demo_model):
+    serving = fresh
     system = {"role": "system", "content": " ".join(prompt(i) for i in range(30, 36))}
 
     def ask(node, question: str) -> dict:

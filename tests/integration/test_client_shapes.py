@@ -20,9 +20,10 @@ TOO_MANY = 10_000_000  # output tokens no demo model can hold: a pre-flight 400
 GREEDY = {"temperature": 0}  # the anthropic SDK 2.x has no temperature argument: sent as extra body
 
 
-@pytest.fixture
-def serving(nodes, demo_model):
-    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+@pytest.fixture(scope="module")
+def serving(module_nodes, demo_model):
+    """One node for the whole file: every test leaves it serving as it was."""
+    node = module_nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
     wait_model_ready(node)
     return node
 

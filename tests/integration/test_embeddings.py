@@ -35,9 +35,10 @@ def demo_embed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "models" / EMBED_DIR
 
 
-@pytest.fixture
-def serving(nodes, demo_model, demo_embed_model):
-    node = nodes(args=("--place", MODEL, "--place", EMBED_MODEL),
+@pytest.fixture(scope="module")
+def serving(module_nodes, demo_model, demo_embed_model):
+    """One node for the file: its tests only read what it serves."""
+    node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL),
                  models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model})
     wait_until(node, lambda: len(ready_runners(node)) >= 2, 90, "both runners ready")
     return node

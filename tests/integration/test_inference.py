@@ -19,9 +19,8 @@ from tests.integration.serving import MODEL, http_json, sse_events, wait_model_r
 PROMPT = "Beautiful is better than ugly."
 
 
-@pytest.fixture
-def serving(nodes, demo_model):
-    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+def serve(start, demo_model):
+    node = start(args=("--place", MODEL), models={DEMO_DIR: demo_model})
     # A node's own models are listed from the API's first answer (before its master has a state
     # or has indexed the store's first catalog report).
     listed = http_json(f"{node.url}/v1/models")[1]["data"]
@@ -33,12 +32,24 @@ def serving(nodes, demo_model):
     return node
 
 
+@pytest.fixture(scope="module")
+def shared(module_nodes, demo_model):
+    """One node for the tests that leave it serving as it was."""
+    return serve(module_nodes, demo_model)
+
+
+@pytest.fixture
+def serving(nodes, demo_model):
+    """A node of the test's own, for tests that kill its runner or delete its instance."""
+    return serve(nodes, demo_model)
+
+
 def client(node) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{node.url}/v1", api_key="none", max_retries=0, timeout=60)
 
 
-def test_openai_client_streams_and_does_not_stream(serving):
-    c = client(serving)
+def test_openai_client_streams_and_does_not_stream(shared):
+    c = client(shared)
     full = c.chat.completions.create(model=MODEL, max_tokens=8, temperature=0,
                                      messages=[{"role": "user", "content": PROMPT}])
     assert full.choices[0].finish_reason in ("length", "stop")
@@ -55,12 +66,12 @@ def test_openai_client_streams_and_does_not_stream(serving):
     assert [m.id for m in c.models.list().data] == [MODEL]
 
 
-def test_greedy_output_equals_in_process_mlx_lm(serving, demo_model):
+def test_greedy_output_equals_in_process_mlx_lm(shared, demo_model):
     n = 24
     ref = json.loads(subprocess.run(
         [sys.executable, "-m", "tests.integration.reference_generate", str(demo_model), str(n), PROMPT],
         capture_output=True, text=True, timeout=120, check=True).stdout)
-    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+    status, body = http_json(f"{shared.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": n, "temperature": 0, "logprobs": True,
         "messages": [{"role": "user", "content": PROMPT}]})
     assert status == 200, body
@@ -72,8 +83,10 @@ def test_greedy_output_equals_in_process_mlx_lm(serving, demo_model):
     print(f"greedy: {len(got)} tokens identical to in-process mlx_lm")
 
 
-def test_client_disconnect_frees_the_runner(serving):
-    conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)
+def test_client_disconnect_frees_the_runner(shared):
+    runner_log = shared.home / "logs" / f"{shared.runner_id}.log"
+    seen = runner_log.stat().st_size  # the shared node's log so far: only what follows counts
+    conn = http.client.HTTPConnection("127.0.0.1", shared.api_port, timeout=30)
     conn.request("POST", "/v1/chat/completions", json.dumps({
         "model": MODEL, "max_tokens": 1900, "stream": True, "temperature": 0,
         "messages": [{"role": "user", "content": PROMPT}]}), {"Content-Type": "application/json"})
@@ -87,12 +100,14 @@ def test_client_disconnect_frees_the_runner(serving):
     conn.sock.shutdown(2)
     conn.close()
     t0 = time.monotonic()
-    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+    status, body = http_json(f"{shared.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "next"}]})
     took = time.monotonic() - t0
     print(f"after a disconnect, the next request was served in {took:.3f}s")
     assert status == 200, body
-    log = (serving.home / "logs" / f"{serving.runner_id}.log").read_text()
+    with open(runner_log, "rb") as f:
+        f.seek(seen)
+        log = f.read().decode(errors="replace")
     assert "cancelled" in log or "client of" in log
 
 
@@ -110,26 +125,26 @@ def test_client_disconnect_frees_the_runner(serving):
     ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10 ** 6}, 400,
      "context_length_exceeded"),
 ])
-def test_bad_requests_get_the_upstream_envelope(serving, body, status, needle):
-    got, payload = http_json(f"{serving.url}/v1/chat/completions", body)
+def test_bad_requests_get_the_upstream_envelope(shared, body, status, needle):
+    got, payload = http_json(f"{shared.url}/v1/chat/completions", body)
     assert got == status
     assert set(payload) == {"error"} and payload["error"]["code"] == status
     assert needle in payload["error"]["message"] and payload["error"]["param"] is None
-    ok, _ = http_json(f"{serving.url}/v1/chat/completions", {
+    ok, _ = http_json(f"{shared.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": 2, "unknown_field": {"ignored": True},
         "messages": [{"role": "user", "content": "still serving?"}]})
     assert ok == 200
 
 
-def test_max_tokens_may_be_omitted_and_stop_strings_end_generation(serving):
-    status, body = http_json(f"{serving.url}/v1/chat/completions", {
+def test_max_tokens_may_be_omitted_and_stop_strings_end_generation(shared):
+    status, body = http_json(f"{shared.url}/v1/chat/completions", {
         "model": MODEL, "temperature": 0, "seed": 1,
         "messages": [{"role": "user", "content": PROMPT}]}, timeout=120)
     assert status == 200 and body["usage"]["completion_tokens"] >= 1
     text = body["choices"][0]["message"]["content"]
     if len(text) >= 3:  # greedy: the same text again, cut before a stop string taken from it
         stop = text[1:3]
-        status, cut = http_json(f"{serving.url}/v1/chat/completions", {
+        status, cut = http_json(f"{shared.url}/v1/chat/completions", {
             "model": MODEL, "temperature": 0, "stop": [stop], "max_tokens": 50,
             "messages": [{"role": "user", "content": PROMPT}]})
         assert status == 200 and cut["choices"][0]["finish_reason"] == "stop"
