@@ -9,7 +9,8 @@ their bootstrap peer. Formed: every node's `GET /state` lists N nodes and names 
 Waits are on real signals: every re-check follows a message on the first node's bus (gossip
 publishes membership every 0.25 s). Prints, per round and as medians, where the time went,
 read from the nodes' own logs: every role of every node ready, the first membership listing
-all N nodes, the last node to lead or follow, and formed as `/state` shows it.
+all N nodes, the last node to lead or follow, and formed as `/state` shows it; then the idle
+cluster's CPU (every process of every node, over 5 s).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import urllib.error
 from pathlib import Path
 from typing import Any
 
+import psutil
 import zmq
 
 from skulk.scripts.http_client import request
@@ -117,6 +119,35 @@ def stages(nodes: list[Launched], t0: float) -> dict[str, float]:
             "every master leads or follows": max(settled) - t0}
 
 
+IDLE_WINDOW_S = 5.0
+
+
+def idle_cpu(nodes: list[Launched], window_s: float) -> float:
+    """CPU of every process of the formed, idle cluster over `window_s`, in % of one core."""
+    procs = []
+    for node in nodes:
+        if node.proc is None:
+            continue
+        try:
+            root = psutil.Process(node.proc.pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+    for p in procs:
+        try:
+            p.cpu_percent(None)
+        except psutil.Error:
+            pass
+    time.sleep(window_s)  # the measurement window itself
+    total = 0.0
+    for p in procs:
+        try:
+            total += p.cpu_percent(None)
+        except psutil.Error:
+            pass
+    return total
+
+
 def one_round(root: Path, n: int, i: int, named: bool = False) -> dict[str, float]:
     nodes = [Launched(root / f"round{i}", k) for k in range(n)]
     ctx: zmq.Context[Any] = zmq.Context.instance()
@@ -139,6 +170,7 @@ def one_round(root: Path, n: int, i: int, named: bool = False) -> dict[str, floa
         took = time.monotonic() - t0
         out = stages(nodes, t0_wall)
         out["formed (/state)"] = took
+        out["idle CPU, % of one core"] = idle_cpu(nodes, IDLE_WINDOW_S)
         return out
     finally:
         bus.close(0)
@@ -157,13 +189,14 @@ def main() -> None:
     try:
         for i in range(ns.rounds):
             rows.append(one_round(root, ns.nodes, i, ns.named))
-            print(f"round {i + 1}: " + ", ".join(f"{k} {v:.2f}s" for k, v in rows[-1].items()), flush=True)
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[-1].items()), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{ns.nodes} nodes started together, {'named' if ns.named else 'no names'}, {ns.rounds} rounds (median):")
     for key in rows[0]:
-        print(f"  {key:32s} {statistics.median(r[key] for r in rows):6.2f}s"
-              f"  (worst {max(r[key] for r in rows):.2f}s)")
+        unit = "" if "CPU" in key else "s"
+        print(f"  {key:32s} {statistics.median(r[key] for r in rows):6.2f}{unit}"
+              f"  (worst {max(r[key] for r in rows):.2f}{unit})")
 
 
 if __name__ == "__main__":

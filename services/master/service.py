@@ -38,7 +38,8 @@ from skulk.wire.commands import (CommandAccepted, CommandRejected, RejectReason,
                                  SnapshotRequest, StateSnapshot)
 from skulk.wire.errors import UnexpectedMessage, WireError
 from skulk.wire.message import Message
-from skulk.wire.catalog import NodeCatalogUpdated
+from skulk.wire.catalog import NodeCatalogUpdated, catalog_key
+from skulk.wire.model_cards import scan
 from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send_routed
@@ -87,6 +88,10 @@ class Master(Leading, Following, LocalFacts):
         self.restarter = NodeRestart(make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run)))
         self.local_downloads: dict[str, DownloadProgress] = {}  # this node's copies (the worker's reports)
         self.local_catalog: dict[str, NodeCatalogUpdated] = {}  # this node's models (the store role's reports)
+        # Known at start, as the store role's first report (sent before this process listened)
+        # will say: indexed as soon as this node leads, so `--place` need not wait for the next.
+        own = NodeCatalogUpdated(node_id=self.node_id, cards=tuple(scan(loop.rt.args.home / "models")[0].values()))
+        self.local_catalog[catalog_key(own)] = own
 
     def act(self, actions: list[Any]) -> None:
         if actions and self.desk.held:  # a session boundary: what was in flight cannot carry over
@@ -106,6 +111,8 @@ class Master(Leading, Following, LocalFacts):
                 self.refresh_nodes(force=True)
                 for rid, status in self.local_runners.items():
                     self.runner_fact(rid, status)
+                for entry in self.local_catalog.values():
+                    self.catalog_fact(entry)
                 self.flush_pending()
             elif isinstance(action, Follow):
                 log.info("following leader %s (session %s)", action.leader, action.session)

@@ -8,7 +8,6 @@ import socket
 import time
 import uuid
 
-import psutil
 import zmq
 
 from tests.integration.cluster import FAST, converged, node_args, state_of
@@ -44,14 +43,6 @@ def test_three_nodes_form_one_cluster_with_one_master(nodes):
         diag = http_json(f"{node.url}/v1/diagnostics/node")[1]["runtime"]
         assert diag["masterNodeId"] == got["master"]
         assert diag["isMaster"] == (diag["nodeId"] == got["master"])
-    # Idle CPU of the whole 3-node cluster (every process of every node).
-    procs = [psutil.Process(p) for n in cluster for p in n.group_pids()]
-    for p in procs:
-        p.cpu_percent(None)
-    window = time.monotonic() + 5.0
-    wait_until(cluster[0], lambda: time.monotonic() >= window, 10, "a 5 s idle window")
-    total = sum(p.cpu_percent(None) for p in procs if p.is_running())
-    print(f"idle 3-node cluster: {len(procs)} processes use {total:.1f}% of one core in total")
 
 
 def test_master_kill_elects_a_new_master_and_keeps_instances(nodes, demo_model):
@@ -116,13 +107,13 @@ def test_a_node_of_another_namespace_never_joins(nodes):
     cluster = start_cluster(nodes, 2, f"t-{uuid.uuid4().hex[:8]}")
     wait_until(cluster[0], lambda: converged(cluster, 2), 30, "formation")
     stranger = nodes("stranger", config=FAST, args=node_args(f"other-{uuid.uuid4().hex[:8]}", cluster))
-    # Watch 10 hello rounds of the stranger's own membership: it stays alone.
+    # Watch 10 hello rounds of the stranger's own membership (2.5 s): it stays alone.
     from tests.integration.harness import BusWatcher
     from skulk.wire.cluster import Membership
 
     watcher = BusWatcher(stranger, b"evt.cluster.")
     try:
-        sizes = {len(m.members) for _t, m in watcher.messages(5.0) if isinstance(m, Membership)}
+        sizes = {len(m.members) for _t, m in watcher.messages(2.5) if isinstance(m, Membership)}
     finally:
         watcher.close()
     assert sizes == {1}

@@ -19,10 +19,12 @@ from tests.integration.serving import MODEL, http_json, sse_events
 PROMPTS = ["Beautiful is better than ugly.", "Flat is better than nested, said the"]
 
 
-@pytest.fixture
-def pair(nodes, demo_model, tmp_path):
+@pytest.fixture(scope="module")
+def pair(module_nodes, demo_model, tmp_path_factory):
     """Two nodes with the demo model, plus two test-only model dirs for refusals: one whose
-    family mlx-lm cannot tensor-shard, one whose weights (a sparse file) are far too big."""
+    family mlx-lm cannot tensor-shard, one whose weights (a sparse file) are far too big.
+    Shared by the file's tests: each deletes the instances it placed."""
+    nodes, tmp_path = module_nodes, tmp_path_factory.mktemp("sharding-models")
     extra = {DEMO_DIR: demo_model}
     notensor = tmp_path / "shared" / "test--notensor"
     huge = tmp_path / "shared" / "test--huge"
@@ -135,6 +137,7 @@ def test_exclusions_keep_the_instance_off_the_excluded_node(pair):
         assert status == 200
         inst = wait_until(a, lambda: (state_of(a) or {}).get("instances", {}).get(reply["instance_id"]), 30, "placed")
         assert a_id not in inst["MlxRingInstance"]["shardAssignments"]["nodeToRunner"]
+        assert http_json(f"{a.url}/instance/{reply['instance_id']}", method="DELETE")[0] == 200
 
 
 def test_deleting_an_instance_mid_stream_ends_the_stream_within_a_second(pair):
