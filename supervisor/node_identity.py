@@ -62,10 +62,10 @@ def home_suffix(home: Path) -> str:
 
 
 def remembered(home: Path) -> str:
-    """The derived name this home took at an earlier start ("" if none)."""
+    """The derived name this home took at an earlier start ("" if none, or unreadable)."""
     try:
         return (home / TAKEN_FILE).read_text().strip()
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError):
         return ""
 
 
@@ -74,11 +74,21 @@ def remember(home: Path, name: str) -> None:
     _write_atomic(home / TAKEN_FILE, name)
 
 
+def config_names_host(cfg: NodeConfig) -> bool:
+    """Whether the config points at this node by its host name (`model_store.store_host`, a
+    `node_overrides` key): then the host name is as good as given, never exchanged for another."""
+    store = cfg.model_store
+    if store is None or not cfg.host_name:
+        return False
+    return any(same_name(key, cfg.host_name) for key in (store.store_host, *(k for k, _ in store.node_overrides)))
+
+
 def named(cfg: NodeConfig) -> NodeConfig:
     """`cfg` with its derived name filled in, where the node was given no name (it then starts
-    under the derived name if it took it before, else under its host name). Raises OSError
-    where the home cannot hold the suffix."""
-    if not cfg.host_name:
+    under the derived name if it took it before, else under its host name). A node the config
+    points at by its host name keeps it, as a node given that name does. Raises OSError where
+    the home cannot hold the suffix."""
+    if not cfg.host_name or config_names_host(cfg):
         return cfg
     derived = derive(cfg.host_name, home_suffix(cfg.home))
     start_as = derived if same_name(remembered(cfg.home), derived) else cfg.node_name
@@ -94,5 +104,8 @@ def current(cfg: NodeConfig) -> str:
 
 def names(cfg: NodeConfig) -> tuple[str, ...]:
     """Every name config may point at this node by (`model_store.store_host`, `node_overrides`):
-    its name and, for a node given none, both its host name and its derived name."""
-    return tuple(dict.fromkeys(n for n in (cfg.node_name, cfg.host_name, cfg.derived_name) if n))
+    the name it starts under and, for a node given none, its derived name. The host name of a
+    node that may exchange it is not among them unless it starts under it, and config that names
+    the host name keeps the node under it (`config_names_host`): no two nodes sharing a host
+    name both match."""
+    return tuple(dict.fromkeys(n for n in (cfg.node_name, cfg.derived_name) if n))

@@ -145,14 +145,16 @@ class Gossip:
                     f"refused node {msg.info.node_id} from another namespace"), time.monotonic())
                 continue
             address = pick_address(msg.info.addresses, None)
-            if address is None or self.refused or not self.admit(msg, address):
+            if address is None or self.refused:
+                continue
+            for endpoint in msg.known:  # transitive discovery, before anything is published: a
+                self.learn(endpoint)   # restarted gossip's view is whole only once these said hello
+            if not self.admit(msg, address):
                 continue
             if self.table.heard(msg, address, time.monotonic()):
                 log.info("gossip: node %s (%s) joined at %s", msg.info.node_id,
                          msg.info.friendly_name, address)
                 self.publish(self.info())
-            for endpoint in msg.known:  # transitive discovery
-                self.learn(endpoint)
 
     # ---- unique node names (decided in names.py) ----------------------------------------------
     def admit(self, msg: PeerHello, address: str) -> bool:

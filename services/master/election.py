@@ -21,9 +21,9 @@
   campaigned at this clock, nobody is left to hear from: the pick is made `SETTLE_S` after the
   campaign began instead (a cluster forming or a master lost with every other node alive: 0.5 s,
   not 3); the wait lets members still being discovered show up first. Each win opens a new
-  session. A leader
-  ignores campaigns (a follower that froze past the liveness window campaigns on thaw, then
-  hears the leader's announce and follows it): no new session, nothing in flight fails.
+  session. A leader ignores campaigns (a follower that froze past the liveness window
+  campaigns on thaw, then hears the leader's announce and follows it): no new session,
+  nothing in flight fails.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Which nodes the leader's state lists, from gossip's membership (pure, clocks passed in):
-`NodeGatheredInfo` for new members and every 10 s; for members gossip no longer hears,
+`NodeGatheredInfo` for new members, for a member whose name changed (a node given no name that
+took its derived name) and every 10 s; for members gossip no longer hears,
 `TaskFailed(instance_lost)` for their open tasks then `NodeTimedOut`, unless the node announced
 an in-place restart (`NodeRestarting`) whose grace has not ended."""
 
@@ -31,7 +32,9 @@ class Roster:
         events: list[Message] = [e for n in lost_nodes(state, self.members, wall)
                                  for e in node_lost_events(state, n, wall)]
         for node_id, member in self.members.items():
-            if force or node_id not in state.nodes or now - self.info_sent.get(node_id, 0) > NODE_INFO_REFRESH_S:
+            known = state.nodes.get(node_id)
+            if force or known is None or known.friendly_name != member.info.friendly_name \
+                    or now - self.info_sent.get(node_id, 0) > NODE_INFO_REFRESH_S:
                 self.info_sent[node_id] = now
                 events.append(NodeGatheredInfo(info=member.info))
         return events

@@ -14,7 +14,7 @@ import pytest
 from scripts.stream_load import StreamLoad, chat_body, summary
 from tests.integration.batch_clients import all_at_once, body, compare, complete, max_logprob_gap, prompt, tokens_of
 from tests.integration.conftest import DEMO_DIR
-from tests.integration.serving import MODEL, sse_events, wait_model_ready
+from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
 
 LOGPROB_TOL = 2e-3
 BLOCKED = {"SKULK_CPU_BLOCKED_MATMUL": "1"}
@@ -183,6 +183,8 @@ def test_busy_and_idle_are_not_events(serving):
     """Request load is not replicated state: requests add their task events and nothing else."""
     from tests.integration.harness import wait_until
 
+    # The shared node is quiet first: every task of the file's earlier tests recorded and gone.
+    wait_until(serving, lambda: http_json(f"{serving.url}/state")[1]["tasks"] == {}, 20, "no task left")
     runner_events = state_events(serving, "runner_status_updated")
     deleted = state_events(serving, "task_deleted")
     all_at_once(serving.url, [body(prompt(i), 8) for i in range(4)])

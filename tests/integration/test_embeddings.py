@@ -39,7 +39,7 @@ def demo_embed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serving(module_nodes, demo_model, demo_embed_model):
     """One node for the file: its tests only read what it serves."""
     node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL),
-                 models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model})
+                        models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model})
     wait_until(node, lambda: len(ready_runners(node)) >= 2, 90, "both runners ready")
     return node
 

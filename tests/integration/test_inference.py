@@ -66,7 +66,9 @@ def test_openai_client_streams_and_does_not_stream(shared):
     assert [m.id for m in c.models.list().data] == [MODEL]
 
 
-def test_greedy_output_equals_in_process_mlx_lm(shared, demo_model):
+def test_greedy_output_equals_in_process_mlx_lm(serving, demo_model):
+    """On a node of its own: a cold prefill (nothing in the prefix cache) against mlx-lm's."""
+    shared = serving
     n = 24
     ref = json.loads(subprocess.run(
         [sys.executable, "-m", "tests.integration.reference_generate", str(demo_model), str(n), PROMPT],

@@ -112,7 +112,7 @@ def test_a_node_with_a_model_store_boots_with_the_store_arguments(nodes, tmp_pat
     its arguments would never report ready)."""
     store = {"store_host": "elsewhere", "store_path": str(tmp_path / "store"), "store_port": free_port(),
              "node_overrides": {"withstore": {"staging": {"staging_keep_recent_gb": 0}}}}
-    node = nodes("withstore", config={**FAST, "model_store": store})
+    node = nodes("withstore", config={**FAST, "model_store": store}, node_name="withstore")  # the override's key
     status = node.status()
     for role in ("store", "master", "gossip"):
         assert status[role].state == "running" and status[role].restarts == 0, status[role]

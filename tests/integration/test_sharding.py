@@ -19,6 +19,16 @@ from tests.integration.serving import MODEL, http_json, sse_events
 PROMPTS = ["Beautiful is better than ugly.", "Flat is better than nested, said the"]
 
 
+@pytest.fixture(autouse=True)
+def nothing_left_placed(request):
+    """The file's nodes are shared: whatever a test placed is deleted after it, pass or fail."""
+    yield
+    if "pair" in request.fixturenames:
+        a, _b = request.getfixturevalue("pair")
+        for iid in list((state_of(a) or {}).get("instances", {})):
+            http_json(f"{a.url}/instance/{iid}", method="DELETE")
+
+
 @pytest.fixture(scope="module")
 def pair(module_nodes, demo_model, tmp_path_factory):
     """Two nodes with the demo model, plus two test-only model dirs for refusals: one whose
@@ -135,9 +145,11 @@ def test_exclusions_keep_the_instance_off_the_excluded_node(pair):
     for _ in range(2):
         status, reply = http_json(f"{b.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [a_id, "old-id"]})
         assert status == 200
-        inst = wait_until(a, lambda: (state_of(a) or {}).get("instances", {}).get(reply["instance_id"]), 30, "placed")
-        assert a_id not in inst["MlxRingInstance"]["shardAssignments"]["nodeToRunner"]
-        assert http_json(f"{a.url}/instance/{reply['instance_id']}", method="DELETE")[0] == 200
+        try:
+            inst = wait_until(a, lambda: (state_of(a) or {}).get("instances", {}).get(reply["instance_id"]), 30, "placed")
+            assert a_id not in inst["MlxRingInstance"]["shardAssignments"]["nodeToRunner"]
+        finally:
+            assert http_json(f"{a.url}/instance/{reply['instance_id']}", method="DELETE")[0] == 200
 
 
 def test_deleting_an_instance_mid_stream_ends_the_stream_within_a_second(pair):

@@ -15,7 +15,7 @@ from skulk.supervisor.strategy import should_restart
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import INSTANCE_LOST
 from skulk.wire.reducer import DELETIONS_KEPT
-from skulk.wire.state import (InstanceCreated, InstanceDeleted, NodeRestarting, NodeTimedOut, RecreationAbandoned,
+from skulk.wire.state import (NodeGatheredInfo, InstanceCreated, InstanceDeleted, NodeRestarting, NodeTimedOut, RecreationAbandoned,
                               RunnerStatus, Task, TaskCreated)
 from skulk.wire.cluster import Member
 from tests.unit.test_state_and_routing import PARAMS, ids, node, placed, run
@@ -217,3 +217,15 @@ def test_a_taken_ring_port_fails_at_once_not_at_the_connect_deadline(tmp_path):
                     split=(2, 2), hostfile=tmp_path / "hosts.json", connect_deadline_s=60)
         with pytest.raises(RuntimeError, match=f"ring port 127.0.0.1:{port} of rank 1 is taken"):
             connect_group(ring)
+
+
+def test_a_member_that_took_another_name_is_gathered_again_at_once():
+    """A node given no name took its derived name: the state shows it within the next
+    membership, not at the 10 s refresh."""
+    state, _, _ = placed()
+    roster = Roster(members={"n1": MEMBER}, info_sent={"n1": 5.0})
+    assert roster.events(state, 6.0, 101.0) == []  # listed, same name, refreshed 1 s ago
+    renamed = Member(info=replace(MEMBER.info, friendly_name="vm-1a2b"), master_endpoint=MEMBER.master_endpoint)
+    roster.members = {"n1": renamed}
+    (event,) = roster.events(state, 6.5, 101.5)
+    assert isinstance(event, NodeGatheredInfo) and event.info.friendly_name == "vm-1a2b"

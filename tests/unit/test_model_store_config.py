@@ -128,7 +128,7 @@ def test_store_host_is_a_node_name_or_a_node_id():
     store = store_of(dict(BASE, store_host="StoreBox"))
     assert is_store_host(store, ("storebox",), "n1") and not is_store_host(store, ("other",), "n1")
     assert is_store_host(store_of(dict(BASE, store_host="abc123")), ("other",), "abc123")
-    # a node given no name is called by its host name and by its derived name
+    # a node given no name: by the name it starts under and by its derived name
     assert is_store_host(store, ("mini", "StoreBox-1a2b"), "n1") is False
     assert is_store_host(store_of(dict(BASE, store_host="mini-1a2b")), ("mini", "mini-1A2B"), "n1")
 

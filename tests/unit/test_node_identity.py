@@ -3,7 +3,10 @@ every start of its home (supervisor/node_identity.py)."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+
+import yaml
 
 from skulk.supervisor import config, node_identity
 from skulk.supervisor.config import NODE_NAME
@@ -42,16 +45,27 @@ def test_a_node_given_no_name_starts_under_its_host_name_until_it_took_its_deriv
     assert host and cfg.node_name == host
     derived = node_identity.derive(host, (tmp_path / node_identity.SUFFIX_FILE).read_text().strip())
     assert cfg.derived_name == derived and node_identity.current(cfg) == host
-    assert node_identity.names(cfg) == (host, derived)  # config may point at it by either
+    assert node_identity.names(cfg) == (host, derived)  # config may point at it by either (it names no host)
 
     node_identity.remember(tmp_path, derived)  # gossip met the holder of the host name
     assert node_identity.current(cfg) == derived
     later = node_identity.named(load(tmp_path))  # the next start begins under it
     assert (later.node_name, later.derived_name) == (derived, derived)
-    assert node_identity.names(later) == (derived, host)
+    assert node_identity.names(later) == (derived,)  # the host name is another node's now
 
 
 def test_a_remembered_name_of_another_host_name_is_not_used(tmp_path: Path):
     node_identity.remember(tmp_path, "elsewhere-1a2b")  # the home was copied from another machine
     cfg = node_identity.named(load(tmp_path))
     assert cfg.node_name == cfg.host_name and node_identity.current(cfg) == cfg.host_name
+
+
+def test_a_host_name_the_config_points_at_is_kept_as_a_given_name_is(tmp_path: Path):
+    host = socket.gethostname()
+    for store in ({"store_host": host.upper(), "store_path": str(tmp_path / "s")},
+                  {"store_host": "elsewhere", "store_path": str(tmp_path / "s"),
+                   "node_overrides": {host: {"staging": {"staging_keep_recent_gb": 0}}}}):
+        (tmp_path / "skulk.yaml").write_text(yaml.safe_dump({"model_store": store}))
+        cfg = node_identity.named(config.load(home=tmp_path, env={}))
+        assert (cfg.node_name, cfg.derived_name) == (host, "")  # a clash refuses it, as a given name
+        assert node_identity.names(cfg) == (host,)
