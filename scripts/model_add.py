@@ -1,8 +1,9 @@
-"""`skulk model add <org/name | dir>`: put a model into the store, or the node's models dir.
+"""`skulk model add <org/name | dir | file.gguf>`: put a model into the store, or the node's models dir.
 
 Where it goes: `--store-path`, else the node's `model_store.store_path` (run it on the store
-host), else `<home>/models`. A directory is copied, an `org/name` is fetched from Hugging Face
-with progress bars; both land atomically and are checked (`services/store/fetch.py`). Any
+host), else `<home>/models`. A directory is copied, a GGUF file (or a directory holding one) is
+imported (`services/store/gguf.py`), an `org/name` is fetched from Hugging Face with progress
+bars; all land atomically and are checked (`services/store/fetch.py`). Any
 failure is one line naming the model and the reason, and a non-zero exit, at once.
 """
 
@@ -35,7 +36,7 @@ def is_model_id(text: str) -> bool:
 
 
 def run(ns: argparse.Namespace, home: Path) -> int:
-    from skulk.services.store.fetch import FetchError, add_local_dir, download_into_store
+    from skulk.services.store.fetch import FetchError, add_gguf, add_local_dir, download_into_store, gguf_file
     from skulk.supervisor.config import ConfigError
 
     try:
@@ -45,7 +46,10 @@ def run(ns: argparse.Namespace, home: Path) -> int:
         return exitcodes.CONFIG_ERROR
     source = Path(ns.source).expanduser()
     try:
-        if source.is_dir():
+        if (gguf := gguf_file(source)) is not None:
+            print(f"importing {gguf} ({gguf.stat().st_size / 2**20:.1f} MiB) into {dest}", file=sys.stderr, flush=True)
+            result = add_gguf(gguf, dest, model_id=ns.model_id, force=ns.force)
+        elif source.is_dir():
             result = add_local_dir(source, dest, model_id=ns.model_id, force=ns.force)
         elif is_model_id(ns.source):
             def announce(total: int) -> None:
@@ -55,8 +59,8 @@ def run(ns: argparse.Namespace, home: Path) -> int:
             result = download_into_store(ns.source, dest, allow_hf_fallback=True, force=ns.force,
                                          on_total=announce, timeout_s=ns.timeout)
         else:
-            print(f"skulk: {ns.source}: not a directory, and not a model id of the form org/name",
-                  file=sys.stderr)
+            print(f"skulk: {ns.source}: not a model directory, a .gguf file or a model id of the form "
+                  "org/name", file=sys.stderr)
             return 2
     except FetchError as exc:
         print(f"skulk: {exc}", file=sys.stderr)
@@ -69,15 +73,16 @@ def run(ns: argparse.Namespace, home: Path) -> int:
 
 def add_parser(model_sub: argparse._SubParsersAction,  # type: ignore[type-arg]
                handler: Callable[[argparse.Namespace], int]) -> None:
-    add = model_sub.add_parser("add", help="add a model (a local directory, or org/name from "
-                               "Hugging Face) to the store, or to the node's models dir")
-    add.add_argument("source", help="a model directory, or a Hugging Face id org/name")
+    add = model_sub.add_parser("add", help="add a model (a local directory, a GGUF file, or org/name "
+                               "from Hugging Face) to the store, or to the node's models dir")
+    add.add_argument("source", help="a model directory, a .gguf file (or a directory holding one), "
+                     "or a Hugging Face id org/name")
     add.add_argument("--home")
     add.add_argument("--config", type=Path, help="skulk.yaml (default <home>/skulk.yaml)")
     add.add_argument("--store-path", type=Path, help="add here (default: the node's "
                      "model_store.store_path, else <home>/models)")
-    add.add_argument("--model-id", help="a directory's model id (default: its name org--name "
-                     "as org/name, else local/<name>)")
+    add.add_argument("--model-id", "--id", help="the model's id, org/name (default: a directory's "
+                     "name org--name as org/name, else local/<name>; a GGUF file's local/<file name>)")
     add.add_argument("--force", action="store_true", help="replace a model already there")
     add.add_argument("--timeout", type=float, default=10.0,
                      help="seconds to wait for Hugging Face to answer before giving up")

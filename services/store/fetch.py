@@ -50,7 +50,7 @@ class AddResult:
     total_bytes: int
     files: int
     source: str
-    """`local`, `huggingface`, or `present` (already there: nothing was fetched)."""
+    """`local`, `gguf` (imported), `huggingface`, or `present` (already there: nothing was fetched)."""
 
 
 def _result(model_id: str, directory: Path, source: str) -> AddResult:
@@ -124,6 +124,53 @@ def add_local_dir(source: Path, dest_root: Path, model_id: str | None = None,
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return _result(model_id, final, "local")
+
+
+def gguf_file(source: Path) -> Path | None:
+    """The GGUF file to import: `source` itself (`*.gguf`), or the one `*.gguf` in a directory
+    that holds no model (no config.json); None for anything else."""
+    if source.is_file() and source.suffix.lower() == ".gguf":
+        return source
+    if source.is_dir() and not (source / "config.json").exists():
+        found = sorted(p for p in source.iterdir() if p.suffix.lower() == ".gguf" and p.is_file())
+        if len(found) > 1:
+            raise FetchError(f"{source}: holds {len(found)} .gguf files; name the one to import")
+        return found[0] if found else None
+    return None
+
+
+def default_gguf_id(path: Path) -> str:
+    """`local/<file name without .gguf>`."""
+    return f"local/{path.stem}"
+
+
+def add_gguf(path: Path, dest_root: Path, model_id: str | None = None, force: bool = False) -> AddResult:
+    """Import a GGUF file into `dest_root/<org>--<name>/` (written beside it, renamed into place)."""
+    from skulk.services.store.gguf import GGUFError, write_dir
+
+    model_id = model_id or default_gguf_id(path)
+    dir_name = _checked_dir(model_id)
+    dest_root.mkdir(parents=True, exist_ok=True)
+    if (dest_root / dir_name).exists() and not force:
+        raise FetchError(f"{model_id}: already in {dest_root} (delete it first, or pass --force)")
+    work = dest_root / WORK_DIR / f"gguf-{uuid.uuid4().hex[:12]}"
+    try:
+        staged = work / dir_name
+        staged.mkdir(parents=True)
+        try:
+            write_dir(path, staged, model_id)
+            card_from_dir(staged)
+        except GGUFError as exc:
+            raise FetchError(f"{model_id}: {exc}") from None
+        except ModelDirError as exc:
+            raise FetchError(f"{model_id}: {path.name} gave no usable model: {exc}") from None
+        except OSError as exc:  # a full disk, a read-only destination
+            raise FetchError(f"{model_id}: cannot write the imported model under {dest_root}: "
+                             f"{exc.strerror or exc}") from None
+        final = _install(staged, dest_root, force)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return _result(model_id, final, "gguf")
 
 
 def offline_reason() -> str | None:

@@ -17,7 +17,7 @@ DEMO_DIR = "skulk--demo-tiny"
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo model, built once per session by the real CLI (keeps mlx out of pytest)."""
     home = tmp_path_factory.mktemp("demo-home")
-    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home",
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--kind", "tiny", "--home",
                           str(home)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return home / "models" / DEMO_DIR

@@ -11,7 +11,7 @@ from skulk.wire.model_cards import card_from_dir
 
 
 def build(home: Path, seed: int) -> str:
-    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home",
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--kind", "tiny", "--home",
                           str(home), "--seed", str(seed)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout.split("sha256 ")[1].rstrip(")\n")

@@ -93,7 +93,7 @@ def test_built_wheel_installs_into_fresh_venv_and_serves(tmp_path: Path, nodes, 
     assert help_out.stdout.startswith("usage: skulk") and "run" in help_out.stdout
 
     home = tmp_path / "node"
-    run([skulk, "model", "demo", "--home", home], timeout=120)
+    run([skulk, "model", "demo", "--kind", "tiny", "--home", home], timeout=120)
     assert (home / "models" / "skulk--demo-tiny" / "model.safetensors").is_file()
 
     node = nodes(name="node", ready=False, command=(str(skulk),), args=("--place", MODEL))

