@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from skulk.wire.cluster import PeerHello
 
@@ -55,6 +56,30 @@ def view_complete(known: set[str], heard: set[str], own: set[str]) -> bool:
     and every endpoint it knows (configured, learned from peers' hellos, its own excepted) is a
     peer that said hello. Then its membership is whole and it need not keep quiet any longer."""
     return bool(heard) and (known - own) <= heard
+
+
+def quiet_period(first_of_node: bool, bootstrap: bool, discovery: bool, listen_s: float) -> float:
+    """How long a gossip that just started keeps its membership to itself. Its first, lonely
+    membership must not tell a master that leads a cluster that the others are gone, so a
+    gossip role restarted inside a running node listens first (`listen_s`). The first gossip of
+    a node that can find no peer by itself (no bootstrap peers, no LAN discovery) wrongs nobody
+    by publishing at once: its master has no state of a cluster yet (a node's saved state is
+    used only across its own in-place restart, which is not its first gossip), and peers that
+    dial it are admitted at their first hello."""
+    return 0.0 if first_of_node and not bootstrap and not discovery else listen_s
+
+
+def first_gossip_of_node(run_dir: Path, node_started: float) -> bool:
+    """Whether this is the first gossip process of this node's life (the node's start time,
+    which an in-place restart keeps, marks it in `<run dir>/gossip.started`); on any doubt, not."""
+    marker = run_dir / "gossip.started"
+    stamp = repr(node_started)
+    try:
+        first = not marker.is_file() or marker.read_text() != stamp
+        marker.write_text(stamp)
+    except OSError:
+        return False
+    return first
 
 
 def pick_address(advertised: tuple[str, ...], dialled_host: str | None) -> str | None:

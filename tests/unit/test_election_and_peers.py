@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk.services.gossip.peers import PeerTable, announcement, parse_announcement, pick_address, view_complete
+from skulk.services.gossip.peers import (PeerTable, announcement, first_gossip_of_node, parse_announcement,
+                                         pick_address, quiet_period, view_complete)
 from skulk.services.master.election import SETTLE_S, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.replication import SessionLog, seed
 from skulk.wire.cluster import Campaign, LeaderAnnounce, PeerHello
@@ -298,3 +299,14 @@ def test_a_restarted_gossip_keeps_quiet_until_it_heard_everyone_it_knows_of():
     assert not view_complete({"10.0.0.2:52416", "10.0.0.3:52416"}, {"10.0.0.2:52416"}, own)
     assert view_complete({"10.0.0.2:52416", "10.0.0.3:52416", "10.0.0.1:52416"},
                          {"10.0.0.2:52416", "10.0.0.3:52416"}, own)  # itself, named by a peer, excepted
+
+
+def test_only_a_nodes_first_gossip_that_cannot_find_peers_skips_the_quiet_period(tmp_path):
+    assert quiet_period(True, False, False, 1.5) == 0.0  # a lone loopback node: at once
+    assert quiet_period(False, False, False, 1.5) == 1.5  # a gossip role restarted in a running node
+    assert quiet_period(True, True, False, 1.5) == 1.5  # bootstrap peers: listen for them first
+    assert quiet_period(True, False, True, 1.5) == 1.5  # LAN discovery: peers may answer the broadcast
+    assert first_gossip_of_node(tmp_path, 100.5)
+    assert not first_gossip_of_node(tmp_path, 100.5)  # restarted: the node's start is the same
+    assert first_gossip_of_node(tmp_path, 200.0)  # a new start of the node (not in place)
+    assert not first_gossip_of_node(tmp_path / "missing", 300.0)  # cannot mark: not first
