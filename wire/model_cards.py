@@ -11,7 +11,9 @@ while it is.
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
+from typing import Any
 
 from skulk.wire.models import ModelCard, ModelDirError, ModelTask, dir_name
 
@@ -56,6 +58,62 @@ def is_embedding_dir(directory: Path) -> bool:
     return any((directory / marker).is_file() for marker in EMBEDDING_MARKERS)
 
 
+FP32_BYTES = 4
+DTYPE_ELEMENTS = frozenset({"F32", "F16", "BF16", "F64", "I8", "U8", "I16", "I32", "I64"})
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The tensors a safetensors file declares (name -> {dtype, shape}); {} if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if not 0 < size <= 100 << 20:
+                return {}
+            header = json.loads(f.read(size))
+    except (OSError, ValueError, struct.error):
+        return {}
+    return {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)} \
+        if isinstance(header, dict) else {}
+
+
+def parameter_count(tensors: dict[str, Any], quantization: Any) -> int:
+    """Parameters of a model from its tensors: a quantized weight (uint32, with `.scales`) counts
+    its rows times its groups times the group size; its scales and biases count nothing."""
+    def group(layer: str) -> int:
+        own = quantization.get(layer) if isinstance(quantization, dict) else None
+        size = (own if isinstance(own, dict) else quantization or {}).get("group_size", 64)
+        return int(size)
+
+    total = 0
+    for name, spec in tensors.items():
+        shape = spec.get("shape") or []
+        n = 1
+        for d in shape:
+            n *= int(d)
+        base = name.rsplit(".", 1)[0]
+        if name.endswith((".scales", ".biases")) and f"{base}.weight" in tensors \
+                and tensors[f"{base}.weight"].get("dtype") == "U32":
+            continue
+        if spec.get("dtype") == "U32" and f"{base}.scales" in tensors and shape:
+            scales = tensors[f"{base}.scales"].get("shape") or [0]
+            total += n // int(shape[-1]) * int(scales[-1]) * group(base)
+        elif spec.get("dtype") in DTYPE_ELEMENTS:
+            total += n
+    return total
+
+
+def runtime_bytes(weights: list[Path], config: dict[str, Any]) -> int:
+    """fp32 bytes of every parameter (what the CPU path holds); 0 when a header is unreadable."""
+    tensors: dict[str, Any] = {}
+    for path in weights:
+        header = safetensors_header(path)
+        if not header:
+            return 0
+        tensors.update(header)
+    quant = config.get("quantization") or config.get("quantization_config")
+    return FP32_BYTES * parameter_count(tensors, quant)
+
+
 def card_from_dir(directory: Path) -> ModelCard:
     """The card of one model directory, or ModelDirError with the reason."""
     model_id = model_id_of(directory)
@@ -88,6 +146,7 @@ def card_from_dir(directory: Path) -> ModelCard:
     return ModelCard(
         model_id=model_id,
         storage_size_bytes=sum(w.stat().st_size for w in weights),
+        runtime_bytes=runtime_bytes(weights, config),
         n_layers=n_layers, hidden_size=hidden,
         num_key_value_heads=int(kv) if isinstance(kv, int) else None,
         supports_tensor=family in TENSOR_FAMILIES,

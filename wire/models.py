@@ -32,6 +32,15 @@ class ModelCard(Message):
     quantization: str
     tasks: tuple[str, ...] = (ModelTask.TEXT_GENERATION.value,)
     companions: tuple[str, ...] = ()  # models staged with this one, in use while it is (a drafter, ...)
+    runtime_bytes: int = 0
+    """What a runner on the CPU path holds for the weights: every parameter in fp32 (a quantized
+    model is dequantized at load), counted from the safetensors headers; 0: unknown, take the
+    files' size."""
+
+    @property
+    def memory_bytes(self) -> int:
+        """The weights' memory in a runner, for placement's arithmetic and previews."""
+        return self.runtime_bytes or self.storage_size_bytes
 
     @property
     def is_embedding(self) -> bool:

@@ -65,19 +65,19 @@ def layer_split(n_layers: int, weights: list[int]) -> list[int]:
 
 def _shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> list[int]:
     if sharding == "Tensor":
-        return [card.storage_size_bytes // len(ring)] * len(ring)
+        return [card.memory_bytes // len(ring)] * len(ring)
     room = [usable(state.nodes[n]) for n in ring]
     total = sum(room) or 1
-    return [int(card.storage_size_bytes * r / total) for r in room]
+    return [int(card.memory_bytes * r / total) for r in room]
 
 
 def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> str | None:
     kv = kv_bytes(card.n_layers, card.num_key_value_heads)
     for node_id, share in zip(ring, _shares(card, ring, state, sharding)):
         node = state.nodes[node_id]
-        need, can = required(share, card.storage_size_bytes, kv), usable(node)
+        need, can = required(share, card.memory_bytes, kv), usable(node)
         if need > can:
-            kv_share = kv * share / card.storage_size_bytes if card.storage_size_bytes else 0
+            kv_share = kv * share / card.memory_bytes if card.memory_bytes else 0
             return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "
                     f"needs ~{need / GIB:.1f}GB ({share / GIB:.1f}GB weights + {kv_share / GIB:.1f}GB "
                     f"KV@{KV_TOKENS}tok + runtime headroom) but can use {can / GIB:.1f}GB "
@@ -136,7 +136,7 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
         (misfits if why else fitting).append(why or ring)
     if not fitting:
         return PlacementError(400, f"No candidate cycle fits {card.model_id} "
-                                   f"({card.storage_size_bytes / GIB:.1f}GB of weights): " + "; ".join(misfits[:3]))
+                                   f"({card.memory_bytes / GIB:.1f}GB of weights): " + "; ".join(misfits[:3]))
     sharding = cmd.sharding
     if sharding == "Tensor":
         if not card.supports_tensor:
@@ -184,8 +184,8 @@ def _instance(state: State, card: ModelCard, ring: tuple[str, ...], sharding: st
         node_to_runner[node_id] = runner_id
         address = (state.nodes[node_id].addresses or ("127.0.0.1",))[0]
         hosts.append(f"{address}:{ring_port(instance_id, rank)}")
-    limit = min(context_limit(state.nodes[x], card.storage_size_bytes * (end_ - start_) // card.n_layers
-                              if sharding == "Pipeline" else card.storage_size_bytes // n,
+    limit = min(context_limit(state.nodes[x], card.memory_bytes * (end_ - start_) // card.n_layers
+                              if sharding == "Pipeline" else card.memory_bytes // n,
                               card.n_layers, card.num_key_value_heads, card.context_length)
                 for x, (start_, end_) in zip(ring, [(s.start_layer, s.end_layer) for s in runner_to_shard.values()]))
     return Instance(instance_id=instance_id, instance_meta="MlxRing", card=card,

@@ -70,6 +70,16 @@ def test_the_import_is_the_trained_model(real_model):
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in (real_model / "README.md").read_text()
 
 
+def test_placement_counts_what_the_runner_holds_not_the_files_size(real_node, real_model):
+    """98 MB of Q4_1 on disk; dequantized to fp32 in the runner: 134.5M parameters, 538 MB."""
+    previews = http_json(f"{real_node.url}/instance/previews?model_id={REAL}")[1]["previews"]
+    one = next(p for p in previews if not p["error"] and len(p["memory_delta_by_node"]) == 1)
+    (held,) = one["memory_delta_by_node"].values()
+    files = sum(f.stat().st_size for f in real_model.glob("*.safetensors"))
+    assert 530e6 < held < 545e6 and files < 100e6, (held, files)
+    print(f"previews: {held / 1e6:.0f} MB in the runner for {files / 1e6:.0f} MB of files")
+
+
 def test_each_answer_is_mlx_lms_and_reads_right(real_node, reference):
     for prompt, ref in zip(PROMPTS, reference):
         status, reply = bc.complete(real_node.url, ask(prompt))

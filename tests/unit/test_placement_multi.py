@@ -121,3 +121,13 @@ def test_a_model_no_store_has_is_placed_only_on_the_nodes_that_hold_it():
         node_id="a", cards=(CARD,), in_store=True)})
     anywhere = place(in_store, PlaceInstance(command_id="x", card=CARD, min_nodes=3), ids())
     assert not isinstance(anywhere, PlacementError) and len(anywhere.node_to_runner) == 3
+
+
+def test_placement_counts_what_a_runner_holds_not_the_files_size():
+    """A 4-bit checkpoint of 5 GB files holds 30 GB in a CPU runner (every parameter in fp32)."""
+    small_file = replace(CARD, storage_size_bytes=5 * GIB, runtime_bytes=30 * GIB)
+    state = cluster(("a", 24, 20))  # 18 GB usable: the files would fit, the runner would not
+    got = place(state, PlaceInstance(command_id="c", card=small_file), ids())
+    assert isinstance(got, PlacementError) and "30.0GB of weights" in got.message
+    assert not isinstance(place(state, PlaceInstance(command_id="c", card=replace(small_file, runtime_bytes=0)),
+                                ids()), PlacementError)  # unknown: the files' size, as before

@@ -43,7 +43,7 @@ class PreviewsResource:
                     if key in seen:
                         continue
                     seen.add(key)
-                    share = card.storage_size_bytes // len(result.node_to_runner)
+                    share = card.memory_bytes // len(result.node_to_runner)  # what the runners hold
                     previews.append({"model_id": card.model_id, "sharding": sharding,
                                      "instance_meta": meta, "instance": instance_json(result),
                                      "memory_delta_by_node": {n: share for n in result.node_to_runner},
