@@ -149,6 +149,12 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
             return PlacementError(400, f"No tensor sharding found for model with hidden_size="
                                        f"{card.hidden_size}, num_key_value_heads={kv} across candidate cycles")
         fitting = divisible
+    if sharding == "Pipeline" and not card.supports_pipeline:
+        fitting = [r for r in fitting if len(r) == 1]
+        if not fitting:
+            return PlacementError(400, f"Requested Pipeline sharding across {cmd.min_nodes}+ nodes but this model "
+                                       f"does not support pipeline parallelism ({card.family} in mlx-lm): "
+                                       f"{card.model_id}")
     if cmd.instance_meta == "MlxJaccl":
         return PlacementError(400, "Requested RDMA (MlxJaccl) but no RDMA-connected cycles available")
     smallest = min(len(r) for r in fitting)

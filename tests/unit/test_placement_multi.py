@@ -131,3 +131,16 @@ def test_placement_counts_what_a_runner_holds_not_the_files_size():
     assert isinstance(got, PlacementError) and "30.0GB of weights" in got.message
     assert not isinstance(place(state, PlaceInstance(command_id="c", card=replace(small_file, runtime_bytes=0)),
                                 ids()), PlacementError)  # unknown: the files' size, as before
+
+
+def test_a_family_mlx_lm_cannot_pipeline_runs_on_one_node_or_is_refused_by_name():
+    """mlx-lm's llama has no `pipeline`: a split would crash every runner at load."""
+    llama = replace(CARD, family="llama", supports_pipeline=False, storage_size_bytes=20 * GIB)
+    two = cluster(("a", 24, 20), ("b", 24, 20))  # fits only split across both
+    got = place(two, PlaceInstance(command_id="c", card=llama), ids())
+    assert isinstance(got, PlacementError) and "does not support pipeline parallelism (llama" in got.message
+    small = replace(llama, storage_size_bytes=4 * GIB)
+    got = place(two, PlaceInstance(command_id="c", card=small), ids())
+    assert not isinstance(got, PlacementError) and len(got.node_to_runner) == 1
+    got = place(two, PlaceInstance(command_id="c", card=small, min_nodes=2), ids())
+    assert isinstance(got, PlacementError) and "pipeline parallelism" in got.message
