@@ -203,3 +203,25 @@ def test_across_two_nodes_the_real_model_is_refused_by_name_not_crashed(nodes, r
         status, refused = http_json(f"{a.url}/place_instance", {"model_id": REAL, "sharding": sharding, "min_nodes": 2})
         assert status == 400 and needle in refused["error"]["message"], refused
     assert http_json(f"{a.url}/state")[1]["instances"] == {}
+
+
+def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real_node, module_nodes, real_model):
+    system = {"role": "system", "content": "You are a careful assistant for a museum in Paris. " * 12}
+
+    def asked(node, question: str) -> dict[str, Any]:
+        status, reply = bc.complete(node.url, {**ask(""), "messages": [system, {"role": "user", "content": question}]})
+        assert status == 200, reply
+        return reply
+
+    asked(real_node, "When does the museum open?")
+    warm = asked(real_node, "Where is the museum?")  # shares the long system prompt only
+    cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached > 100, warm["usage"]
+    cold_node = module_nodes("nocache", args=("--place", REAL), models={REAL_DIR: real_model},
+                             config={"runner": {"prefix_cache_mb": 0}})
+    wait_model_ready(cold_node, timeout=180)
+    cold = asked(cold_node, "Where is the museum?")
+    assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert cold["choices"][0]["message"]["content"] == warm["choices"][0]["message"]["content"]
+    assert bc.compare(bc.tokens_of(cold), bc.tokens_of(warm), LOGPROB_TOL) == ""
+    print(f"{cached} of {warm['usage']['prompt_tokens']} prompt tokens from the cache; same answer without it")
