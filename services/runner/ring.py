@@ -65,10 +65,10 @@ def load_model(model_dir: Path, ring: Ring | None) -> tuple[Any, Any, str]:
     model, tokenizer, config = load(str(model_dir), return_config=True)
     if mx.default_device() == mx.cpu:
         # Quantized matmuls are very slow on CPU: dequantize and run fp32 (4 B/param).
-        if config.get("quantization") or config.get("quantization_config"):
+        if quantized(config):
             model = dequantize_model(model)
         model.set_dtype(mx.float32)
-        path = "cpu fp32"
+        path = "cpu fp32" + (" (dequantized)" if quantized(config) else "")
     else:
         path = f"{mx.default_device()}"
     mx.eval(model.parameters())
@@ -85,7 +85,8 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     model, config = mlx_load_model(model_dir, lazy=True, strict=False)
     tokenizer = load_tokenizer(model_dir, {"trust_remote_code": True},
                                eos_token_ids=config.get("eos_token_id"))
-    if mx.default_device() == mx.cpu and (config.get("quantization") or config.get("quantization_config")):
+    dequantized = mx.default_device() == mx.cpu and quantized(config)
+    if dequantized:
         from mlx_lm.utils import dequantize_model
 
         # As one node does (fp32 on the CPU), and before the split: the layers are then plain
@@ -100,5 +101,10 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     mx.eval(model.parameters())
     mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))  # every rank loaded
     path = f"{ring.sharding} rank {ring.rank}/{len(ring.hosts)} " + (
-        "cpu fp32" if mx.default_device() == mx.cpu else str(mx.default_device()))
+        "cpu fp32" + (" (dequantized)" if dequantized else "") if mx.default_device() == mx.cpu
+        else str(mx.default_device()))
     return model, tokenizer, path
+
+
+def quantized(config: dict[str, Any]) -> bool:
+    return bool(config.get("quantization") or config.get("quantization_config"))

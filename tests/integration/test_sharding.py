@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 
@@ -29,13 +31,27 @@ def nothing_left_placed(request):
             http_json(f"{a.url}/instance/{iid}", method="DELETE")
 
 
+Q4 = "skulk/demo-tiny-4bit"
+
+
 @pytest.fixture(scope="module")
-def pair(module_nodes, demo_model, tmp_path_factory):
+def demo_q4(demo_model, tmp_path_factory):
+    """The demo model quantized to 4 bits by mlx-lm's own converter (in a subprocess)."""
+    out = tmp_path_factory.mktemp("q4") / "skulk--demo-tiny-4bit"
+    code = ("import sys; from mlx_lm import convert; "
+            "convert(sys.argv[1], mlx_path=sys.argv[2], quantize=True, q_bits=4, q_group_size=32)")
+    subprocess.run([sys.executable, "-c", code, str(demo_model), str(out)], check=True, capture_output=True,
+                   timeout=300)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair(module_nodes, demo_model, demo_q4, tmp_path_factory):
     """Two nodes with the demo model, plus two test-only model dirs for refusals: one whose
     family mlx-lm cannot tensor-shard, one whose weights (a sparse file) are far too big.
     Shared by the file's tests: each deletes the instances it placed."""
     nodes, tmp_path = module_nodes, tmp_path_factory.mktemp("sharding-models")
-    extra = {DEMO_DIR: demo_model}
+    extra = {DEMO_DIR: demo_model, demo_q4.name: demo_q4}
     notensor = tmp_path / "shared" / "test--notensor"
     huge = tmp_path / "shared" / "test--huge"
     for d in (notensor, huge):
@@ -112,6 +128,28 @@ def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
             assert bc.compare(single_batch[i], bc.tokens_of(reply), 2e-3) == "", (sharding, i)
         gap = max(bc.max_logprob_gap(x, bc.tokens_of(r)) for x, (_, r) in zip(single_batch, together))
         print(f"{sharding} x2: 8 concurrent requests, tokens identical to one node's, largest logprob difference {gap:.2e}")
+        assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
+
+
+def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair):
+    """Each rank of a 4-bit model dequantizes its part on the CPU, as one node does the whole."""
+    a, b = pair
+
+    def answers(via) -> list:
+        return [bc.tokens_of(bc.complete(via.url, {**bc.body(p, 12), "model": Q4})[1]) for p in PROMPTS]
+
+    iid, _, _ = place_and_wait(b, [a, b], {"model_id": Q4})
+    single = answers(a)
+    assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
+    for sharding in ("Pipeline", "Tensor"):
+        iid, took, _ = place_and_wait(a, [a, b], {"model_id": Q4, "sharding": sharding, "min_nodes": 2})
+        got = answers(b)
+        for want, have in zip(single, got):
+            assert bc.compare(want, have, 2e-3) == "", (sharding, bc.compare(want, have, 2e-3))
+        print(f"4-bit {sharding} x2 ready in {took:.2f}s: tokens identical to one node's")
+        ranks = [ln for n in (a, b) for f in (n.home / "logs").glob("runner-*.log")
+                 for ln in f.read_text().splitlines() if f"loaded {Q4} " in ln and f"engine path: {sharding} rank" in ln]
+        assert ranks and all("cpu fp32 (dequantized)" in ln for ln in ranks), ranks
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 
