@@ -2,7 +2,8 @@
 
 Run as a subprocess: `python -m tests.integration.reference_generate MODEL_DIR N 'prompt'`;
 prints JSON {text, tokens: [[bytes..., logprob]...], generation_tps}. With a JSON list of
-prompts instead of one, prints a list of those (the model loaded once).
+prompts instead of one, prints a list of those (the model loaded once); `--raw` after them:
+the prompts tokenized as they are, no chat template (legacy completions).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ def main() -> None:
 
         model = dequantize_model(model)  # the runner's CPU path: quantized weights run as fp32
     model.set_dtype(mx.float32)
-    many = prompt.startswith("[")
-    out = [one(model, tok, p, n) for p in (json.loads(prompt) if many else [prompt])]
+    many, raw = prompt.startswith("["), "--raw" in sys.argv[4:]
+    out = [one(model, tok, p, n, raw) for p in (json.loads(prompt) if many else [prompt])]
     print(json.dumps(out if many else out[0]))
 
 
-def one(model, tok, prompt: str, n: int) -> dict:  # type: ignore[no-untyped-def]
-    ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+def one(model, tok, prompt: str, n: int, raw: bool = False) -> dict:  # type: ignore[no-untyped-def]
+    ids = tok.encode(prompt) if raw else tok.apply_chat_template([{"role": "user", "content": prompt}],
+                                                                   add_generation_prompt=True)
     text, tokens, tps = "", [], 0.0
     for r in stream_generate(model, tok, ids, max_tokens=n, sampler=make_sampler(temp=0.0)):
         text += r.text

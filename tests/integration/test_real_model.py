@@ -225,3 +225,16 @@ def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real
     assert cold["choices"][0]["message"]["content"] == warm["choices"][0]["message"]["content"]
     assert bc.compare(bc.tokens_of(cold), bc.tokens_of(warm), LOGPROB_TOL) == ""
     print(f"{cached} of {warm['usage']['prompt_tokens']} prompt tokens from the cache; same answer without it")
+
+
+def test_legacy_completions_of_a_raw_prompt_are_mlx_lms(real_node, real_model):
+    raw = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
+    out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(real_model), "16",
+                          json.dumps(raw), "--raw"], capture_output=True, text=True, timeout=300, check=True)
+    for prompt, ref in zip(raw, json.loads(out.stdout)):
+        status, reply = http_json(f"{real_node.url}/v1/completions", {"model": REAL, "prompt": prompt,
+                                                                       "max_tokens": 16, "temperature": 0})
+        assert status == 200, reply
+        assert reply["choices"][0]["text"] == ref["text"], (prompt, ref["text"], reply["choices"][0]["text"])
+        assert reply["usage"]["completion_tokens"] == len(ref["tokens"])
+        print(f"{prompt!r} -> {ref['text']!r}")
