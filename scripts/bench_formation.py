@@ -20,60 +20,23 @@ import datetime
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.error
 from pathlib import Path
 from typing import Any
 
 import psutil
 import zmq
 
-from skulk.scripts.http_client import request
-from skulk.scripts.ports import free_port
+from skulk.scripts.bench_nodes import BenchNode
 from skulk.wire import endpoints
 from skulk.wire.sockets import make_socket
 
 LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3}) \| \w+\s*\| [\w-]+:\d+\] (.*)$")
 
 
-class Launched:
-    def __init__(self, root: Path, i: int) -> None:
-        self.home = root / f"node{i}"
-        self.api, self.cluster = free_port(), free_port(pair=True)
-        self.url = f"http://127.0.0.1:{self.api}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, namespace: str, peer: Launched | None, named: bool = False) -> None:
-        args = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(self.home),
-                "--api-port", str(self.api), "--cluster-port", str(self.cluster),
-                "--listen", "127.0.0.1", "--namespace", namespace,
-                *(("--node-name", self.home.name) if named else ())]
-        if peer is not None:
-            args += ["--bootstrap-peers", f"127.0.0.1:{peer.cluster}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
-
-    def state(self) -> dict[str, Any] | None:
-        try:
-            return request(f"{self.url}/state", timeout=5)
-        except (OSError, urllib.error.URLError, ValueError):
-            return None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=30)
-
-
-def formed(nodes: list[Launched]) -> bool:
+def formed(nodes: list[BenchNode]) -> bool:
     states = [n.state() for n in nodes]
     if any(s is None for s in states):
         return False
@@ -102,7 +65,7 @@ def first(lines: list[tuple[float, str]], needle: str) -> float | None:
     return next((t for t, msg in lines if needle in msg), None)
 
 
-def stages(nodes: list[Launched], t0: float) -> dict[str, float]:
+def stages(nodes: list[BenchNode], t0: float) -> dict[str, float]:
     """Seconds after the launch when the last node reached each stage (from the nodes' logs)."""
     day = datetime.datetime.fromtimestamp(t0).date()
     ready, members, settled = [], [], []
@@ -122,8 +85,9 @@ def stages(nodes: list[Launched], t0: float) -> dict[str, float]:
 IDLE_WINDOW_S = 5.0
 
 
-def idle_cpu(nodes: list[Launched], window_s: float) -> float:
-    """CPU of every process of the formed, idle cluster over `window_s`, in % of one core."""
+def idle_cpu(nodes: list[BenchNode], bus: zmq.Socket[Any], window_s: float) -> float:
+    """CPU of every process of the formed, idle cluster over `window_s`, in % of one core (the
+    window passes reading the first node's bus, which gossip keeps busy)."""
     procs = []
     for node in nodes:
         if node.proc is None:
@@ -138,7 +102,10 @@ def idle_cpu(nodes: list[Launched], window_s: float) -> float:
             p.cpu_percent(None)
         except psutil.Error:
             pass
-    time.sleep(window_s)  # the measurement window itself
+    deadline = time.monotonic() + window_s
+    while (left := deadline - time.monotonic()) > 0:
+        if bus.poll(int(left * 1000) + 1, zmq.POLLIN):
+            bus.recv_multipart()
     total = 0.0
     for p in procs:
         try:
@@ -149,7 +116,7 @@ def idle_cpu(nodes: list[Launched], window_s: float) -> float:
 
 
 def one_round(root: Path, n: int, i: int, named: bool = False) -> dict[str, float]:
-    nodes = [Launched(root / f"round{i}", k) for k in range(n)]
+    nodes = [BenchNode(root / f"round{i}", f"node{k}") for k in range(n)]
     ctx: zmq.Context[Any] = zmq.Context.instance()
     bus = make_socket(ctx, zmq.SUB, hwm=100000, subscribe=(b"evt.",),
                       connect=endpoints.bus_capture(endpoints.run_dir(nodes[0].home.resolve())))
@@ -157,7 +124,7 @@ def one_round(root: Path, n: int, i: int, named: bool = False) -> dict[str, floa
     try:
         t0_wall, t0 = time.time(), time.monotonic()
         for node in nodes:
-            node.start(namespace, nodes[0] if node is not nodes[0] else None, named)
+            node.launch(namespace, nodes[0] if node is not nodes[0] else None, named)
         deadline = t0 + 120
         while not formed(nodes):
             left = deadline - time.monotonic()
@@ -170,12 +137,12 @@ def one_round(root: Path, n: int, i: int, named: bool = False) -> dict[str, floa
         took = time.monotonic() - t0
         out = stages(nodes, t0_wall)
         out["formed (/state)"] = took
-        out["idle CPU, % of one core"] = idle_cpu(nodes, IDLE_WINDOW_S)
+        out["idle CPU, % of one core"] = idle_cpu(nodes, bus, IDLE_WINDOW_S)
         return out
     finally:
         bus.close(0)
         for node in nodes:
-            node.stop()
+            node.kill()
 
 
 def main() -> None:

@@ -13,59 +13,20 @@ next to the baseline measured in the same rounds: the time until the cluster sta
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from skulk.scripts.ports import free_port
+from skulk.scripts.bench_nodes import BenchNode
 from skulk.scripts.http_client import instance_ready, request, wait_for_state
 from skulk.scripts.stream_load import StreamLoad, chat_body, summary
 
 MODEL = "skulk/demo-tiny"
 TARGET_S = 2.0
-
-
-class BenchNode:
-    def __init__(self, root: Path, name: str, model_dir: Path) -> None:
-        self.home = root / name
-        (self.home / "models").mkdir(parents=True)
-        (self.home / "models" / model_dir.name).symlink_to(model_dir)
-        self.api, self.cluster = free_port(), free_port(pair=True)
-        self.url = f"http://127.0.0.1:{self.api}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, peer: BenchNode | None) -> None:
-        args = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(self.home),
-                "--api-port", str(self.api), "--cluster-port", str(self.cluster),
-                "--listen", "127.0.0.1", "--namespace", "bench-kill"]
-        if peer is not None:
-            args += ["--bootstrap-peers", f"127.0.0.1:{peer.cluster}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
-        subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "admin", "wait", "--home",
-                        str(self.home), "--wait", "60"], check=True, stdout=subprocess.DEVNULL)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                self.kill()
+NAMESPACE = "bench-kill"
 
 
 def one_round(a: BenchNode, b: BenchNode, streams: int) -> tuple[list[float], float]:
@@ -104,8 +65,8 @@ def main() -> int:
 
         model_dir = build(root / "shared")
         a, b = BenchNode(root, "a", model_dir), BenchNode(root, "b", model_dir)
-        a.start(None)
-        b.start(a)
+        a.start(NAMESPACE, None)
+        b.start(NAMESPACE, a)
         worst_per_round, state_times = [], []
         for n in range(1, ns.kills + 1):
             times, state_gone = one_round(a, b, ns.streams)
@@ -113,7 +74,7 @@ def main() -> int:
             state_times.append(state_gone)
             print(f"  kill {n:2d}: clients' errors {min(times):.3f}-{max(times):.3f}s after the kill; "
                   f"the state dropped the node after {state_gone:.3f}s", flush=True)
-            b.start(a)
+            b.start(NAMESPACE, a)
         med, worst = statistics.median(worst_per_round), max(worst_per_round)
         base = statistics.median(state_times)
         print(f"node killed mid-stream x{ns.kills} ({ns.streams} streams each): time to the client's error "

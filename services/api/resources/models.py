@@ -7,6 +7,7 @@ its models from the first request). A lookup for placement waits a few seconds f
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -24,12 +25,19 @@ CATALOG_WAIT_S = 5.0
 start, then every 2 s)."""
 
 
+@functools.cache
+def own_models(models_dir: Path) -> dict[str, ModelCard]:
+    """This node's models as this API process found them at start: read once per process (the
+    routes' catalogs share it; the store role logs the directories it rejects)."""
+    return scan(models_dir)[0]
+
+
 class Catalog:
     """The cluster's models as this API worker sees them."""
 
     def __init__(self, replica: StateReplica, node_id: str, models_dir: Path) -> None:
         self.replica, self.node_id, self.models_dir = replica, node_id, models_dir
-        self.own, _rejected = scan(models_dir)  # this node's models at start (the store role logs rejects)
+        self.own = own_models(models_dir)
 
     def cards(self) -> dict[str, ModelCard]:
         """The cluster's models; this node's own (read at start) too while the catalog does not
