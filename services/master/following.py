@@ -33,6 +33,7 @@ class Following:
                 return
             self.state = apply(self.state, ev)
             self.loop.publish(EVT_STATE, ev, suffix=ev.event.TYPE)
+            self.published.note(ev)
         self.config_file.sync(self.state)
 
     def ask_replay(self, since: int) -> None:

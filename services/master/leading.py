@@ -31,6 +31,7 @@ class Leading:
             self.loop.publish(EVT_STATE, indexed, suffix=event.TYPE)
             assert self.log is not None
             self.log.append(indexed)
+            self.published.note(indexed)
             batch.append(indexed)
         if batch:
             self.to_peers(EventBatch(session=self.state.session, events=tuple(batch)))

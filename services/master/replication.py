@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from skulk.wire.state import IndexedEvent, State
 
 LOG_KEEP = 10_000
+REPLAY_MAX = 2_000
 
 
 @dataclass
@@ -23,6 +24,20 @@ class SessionLog:
         if not self.events or idx + 1 < self.events[0].idx:
             return None if self.events and idx + 1 < self.events[0].idx else []
         return [e for e in self.events if e.idx > idx]
+
+    def note(self, event: IndexedEvent) -> None:
+        """Keep an event this master published on its node's bus (a new session starts over)."""
+        if event.session != self.session:
+            self.session = event.session
+            self.events.clear()
+        self.events.append(event)
+
+    def after(self, session: str, idx: int, limit: int = REPLAY_MAX) -> tuple[IndexedEvent, ...]:
+        """What the node's own readers missed after `idx` (the event log catching up), as far
+        as it is kept, the oldest `limit` first (one frame stays small; the reader asks again)."""
+        if session != self.session:
+            return ()
+        return tuple(e for e in self.events if e.idx > idx)[:limit]
 
 
 def seed(previous: State, session: str, node_id: str, tracing_default: bool = False) -> State:

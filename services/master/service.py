@@ -63,6 +63,7 @@ class Master(Leading, Following, LocalFacts):
         self.election = Election(ns.node_id, timeout_s=ns.election_timeout, incarnation=uuid.uuid4().hex[:6])
         self.state = State()
         self.log: SessionLog | None = None
+        self.published = SessionLog("")  # what this master put on its node's bus, leader or not
         self.roster = Roster()
         self.peers = PeerLinks(loop, ns.node_id, self.on_peer)
         self.desk = CommandDesk()
@@ -164,7 +165,11 @@ class Master(Leading, Following, LocalFacts):
                                                                 message=f"bad command: {exc}"))
 
         for envelope, cmd in drain(sock, recv_routed, limit=100, on_error=refuse):
-            self.command(envelope, cmd)
+            if isinstance(cmd, ReplayRequest):  # the event log, behind on the bus
+                send_routed(sock, envelope, EventBatch(session=cmd.session,
+                                                       events=self.published.after(cmd.session, cmd.since)))
+            else:
+                self.command(envelope, cmd)
 
     def on_cluster(self, sock: zmq.Socket[Any]) -> None:
         now = time.monotonic()

@@ -55,6 +55,29 @@ def test_events_idle_silence_and_a_torn_tail(serving):
     assert storage["eventLogMode"] == "writing" and storage["eventLogBytes"] > 0
 
 
+def test_state_events_missed_while_the_log_was_down_are_recorded_once_after_its_restart(serving):
+    """Stopped, so it hears nothing, then killed with what it was sent unread: the events of that
+    gap come from the master once the role is back, each once, in index order."""
+    iid = next(iter(http_json(f"{serving.url}/state")[1]["instances"]))
+    pid = serving.status()["eventlog"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert http_json(f"{serving.url}/instance/{iid}", method="DELETE")[0] == 200
+        wait_until(serving, lambda: iid not in http_json(f"{serving.url}/state")[1]["instances"], 10,
+                   "the deletion applied")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    serving.wait_ready("eventlog", min_restarts=1, timeout=20)
+
+    def deleted():
+        events = http_json(f"{serving.url}/events")[1]
+        return "InstanceDeleted" in kinds(events) and events
+    events = wait_until(serving, deleted, 10, "the missed InstanceDeleted in /events")
+    state_ids = [next(iter(e.values()))["event_id"] for e in events if "event_id" in next(iter(e.values()))]
+    assert state_ids == sorted(set(state_ids)), "a state event recorded twice or out of order"
+    assert kinds(events).count("InstanceCreated") == 1 and kinds(events).count("InstanceDeleted") == 1
+
+
 def test_the_api_records_each_chunk_and_each_request_end(serving):
     status, body = http_json(f"{serving.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "record me"}]})

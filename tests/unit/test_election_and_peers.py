@@ -189,6 +189,16 @@ def test_session_log_replays_or_asks_for_a_snapshot_and_seed_keeps_instances():
     assert (new.session, new.master_node_id, new.last_event_applied_idx, new.tasks) == ("2-a", "a", -1, {})
 
 
+def test_what_a_master_published_is_kept_per_session_for_its_event_log():
+    kept = SessionLog("")
+    for i in range(5):
+        kept.note(IndexedEvent(idx=i, session="s1", event=TaskDeleted(task_id=str(i))))
+    assert [e.idx for e in kept.after("s1", 1)] == [2, 3, 4] and kept.after("other", -1) == ()
+    assert [e.idx for e in kept.after("s1", -1, limit=2)] == [0, 1]  # one frame at a time
+    kept.note(IndexedEvent(idx=0, session="s2", event=TaskDeleted(task_id="x")))  # a new leader
+    assert kept.after("s1", -1) == () and [e.idx for e in kept.after("s2", -1)] == [0]
+
+
 def test_lan_announcements_round_trip_and_refuse_strangers():
     data = announcement("h1", "node-a", 52416)
     assert parse_announcement(data, "h1", "node-b") == 52416
