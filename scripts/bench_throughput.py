@@ -1,13 +1,13 @@
 """Benchmark: concurrent streaming throughput and TTFT, Skulk vs mlx_lm.server, same run.
 
-    python -m skulk.scripts.bench_throughput [--sizes 100m] [--model-dir DIR ...]
+    python -m skulk.scripts.bench_throughput [--sizes 100m|tiny|smollm2] [--model-dir DIR ...]
         [--concurrency 1,2,4,8,16] [--tokens 128] [--repeats 1] [--prompt-tokens 128]
-        [--skulk-config skulk.yaml] [--no-baseline] [--no-skulk]
+        [--skulk-config skulk.yaml] [--no-baseline] [--no-skulk] [--baseline-as-stored]
 
-Builds the demo models named by --sizes (`tiny`, `100m`; default 100m) unless --model-dir names
-MLX model directories (`<org>--<name>`). For each model it starts `mlx_lm.server` (the baseline,
-with the runner's OpenBLAS preload; it runs the model in its stored dtype, fp32 for the demo
-models) and a real Skulk node placing the same directory. For each concurrency C, C client
+Builds the models named by --sizes (`bench_models.py`) unless --model-dir names MLX model
+directories (`<org>--<name>`). For each model it starts `mlx_lm.server` (the baseline, with the
+runner's OpenBLAS preload, on the same dtype path as Skulk's CPU runner: fp32, a quantized model
+dequantized) and a real Skulk node placing the directory as given. For each concurrency C, C client
 threads each send one streaming greedy chat completion of --tokens tokens with its own distinct
 prompt of about --prompt-tokens tokens (seeded random words: no prefix-cache hits on either
 server). Per client: TTFT (request sent to first non-empty `delta.content`), content chunks and
@@ -45,6 +45,7 @@ from pathlib import Path
 
 import psutil
 
+from skulk.scripts.bench_models import baseline_dir, build
 from skulk.scripts.ports import free_port
 
 WORDS = ("time data model river stone light cloud green quick paper music table window garden "
@@ -314,9 +315,13 @@ def build_prompts(model_dir: Path, n_tokens: int, levels: list[int],
 def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: list[int]) -> None:
     model = "/".join(model_dir.name.partition("--")[::2])  # <org>--<name> -> <org>/<name>
     prompts, warm = build_prompts(model_dir, ns.prompt_tokens, levels, ns.repeats)
+    base_dir = baseline_dir(model_dir, root, ns.baseline_as_stored)
+    if base_dir != model_dir:
+        print(f"{model}: the baseline serves an fp32 copy dequantized by mlx-lm ({base_dir}), "
+              "the dtype path Skulk's CPU runner takes", flush=True)
     servers: list[Server] = []
     if not ns.no_baseline:
-        servers.append(baseline_server(model_dir, root / f"baseline-{model_dir.name}.log"))
+        servers.append(baseline_server(base_dir, root / f"baseline-{model_dir.name}.log"))
     if not ns.no_skulk:
         servers.append(skulk_server(root / f"node-{model_dir.name}", model_dir, model, ns.skulk_config))
     runs: dict[str, dict[int, list[Level]]] = {s.name: {c: [] for c in levels} for s in servers}
@@ -334,7 +339,7 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
             print(f"{model}: starting {s.name} on port {s.port}", flush=True)
             s.start(warm[s.name], ns.tokens)
         if not ns.no_skulk and 1 in levels:
-            out = python("-c", STREAM_GENERATE, str(model_dir), str(ns.tokens), str(ns.repeats), prompts[(1, 0)][0])
+            out = python("-c", STREAM_GENERATE, str(base_dir), str(ns.tokens), str(ns.repeats), prompts[(1, 0)][0])
             sg = statistics.median(json.loads(out.strip().splitlines()[-1]))
         idle = {s.name: s.idle_cpu() for s in servers}
         print("  idle CPU (% of one core): " + ", ".join(f"{k} {v:.1f}" for k, v in idle.items()))
@@ -365,7 +370,8 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default="100m", help="demo models to build: tiny, 100m (comma-separated)")
+    p.add_argument("--sizes", default="100m", help="models to build (comma-separated): tiny, 100m (random "
+                   "demo models), smollm2 (the real SmolLM2-135M-Instruct, imported from its GGUF package)")
     p.add_argument("--model-dir", type=Path, action="append", default=[], help="MLX model dir (repeatable)")
     p.add_argument("--concurrency", default="1,2,4,8,16")
     for flag, default in (("--tokens", 128), ("--repeats", 1), ("--prompt-tokens", 128)):
@@ -373,6 +379,8 @@ def main() -> int:
     p.add_argument("--skulk-config", type=Path, help="skulk.yaml copied into the node's home")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--no-skulk", action="store_true")
+    p.add_argument("--baseline-as-stored", action="store_true", help="the baseline runs a quantized model "
+                   "as stored (default: an fp32 dequantized copy, the dtype Skulk's CPU runner runs)")
     ns = p.parse_args()
     levels = list(dict.fromkeys(int(c) for c in ns.concurrency.split(",") if c.strip()))
     root = Path(tempfile.mkdtemp(prefix="skulk-bench-tp-"))
@@ -380,9 +388,7 @@ def main() -> int:
         if ns.model_dir:
             dirs = [d.resolve() for d in ns.model_dir]
         else:
-            from skulk.scripts.demo_model import build
-
-            dirs = [build(root / "models", size=s.strip()) for s in ns.sizes.split(",") if s.strip()]
+            dirs = [build(s.strip(), root) for s in ns.sizes.split(",") if s.strip()]
         for d in dirs:
             bench_model(d, root, ns, levels)
         return 0

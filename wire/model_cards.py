@@ -24,8 +24,13 @@ TENSOR_FAMILIES = frozenset({"qwen2", "qwen3", "llama", "mistral", "phi3", "gemm
 PIPELINE_FAMILIES = frozenset({"qwen2", "qwen3_moe", "qwen3_next", "qwen3_5", "deepseek_v2", "deepseek_v3",
                                "deepseek_v32", "glm4_moe", "glm4_moe_lite", "ministral3", "mistral4", "kimi_k3",
                                "bailing_hybrid"})
-"""Families whose mlx-lm model class has `pipeline(group)` (mlx-lm 0.32's PipelineMixin; llama has
-none: its layers cannot be split across nodes)."""
+"""Families whose mlx-lm model class has `pipeline(group)` (mlx-lm 0.32's PipelineMixin)."""
+
+LLAMA_LAYOUT = frozenset({"llama", "mistral"})
+"""Families whose mlx-lm class is its llama one: no `pipeline`, and a `shard` that needs the heads
+to divide by the ring's size. The runner splits them itself (`services/runner/llama_split.py`):
+a pipeline of layer runs, and tensor splits by whole key-value head groups (a ring no wider
+than the key-value heads)."""
 
 
 EMBEDDING_MARKERS = ("config_sentence_transformers.json", "modules.json")
@@ -156,7 +161,7 @@ def card_from_dir(directory: Path) -> ModelCard:
         n_layers=n_layers, hidden_size=hidden,
         num_key_value_heads=int(kv) if isinstance(kv, int) else None,
         supports_tensor=family in TENSOR_FAMILIES,
-        supports_pipeline=family in PIPELINE_FAMILIES,
+        supports_pipeline=family in PIPELINE_FAMILIES | LLAMA_LAYOUT,
         context_length=int(text.get("max_position_embeddings") or 0),
         family=family, quantization=quantization,
         tasks=((ModelTask.TEXT_EMBEDDING if is_embedding_dir(directory) else ModelTask.TEXT_GENERATION).value,),

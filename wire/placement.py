@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from skulk.wire.commands import PlaceInstance, RejectReason
+from skulk.wire.model_cards import LLAMA_LAYOUT
 from skulk.wire.models import ModelCard
 from skulk.wire.state import Instance, NodeInfo, ShardMeta, State
 
@@ -144,7 +145,8 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
                                        f"tensor parallelism: {card.model_id}")
         kv = card.num_key_value_heads or 0
         divisible = [r for r in fitting if len(r) == 1 or (card.hidden_size % len(r) == 0
-                                                            and kv and kv % len(r) == 0)]
+                                                            and kv and kv % len(r) == 0)
+                     or (card.family in LLAMA_LAYOUT and kv and kv >= len(r))]  # by head groups
         if not divisible:
             return PlacementError(400, f"No tensor sharding found for model with hidden_size="
                                        f"{card.hidden_size}, num_key_value_heads={kv} across candidate cycles")

@@ -21,8 +21,8 @@ from skulk.services.api.generation import Generation
 from skulk.services.api.openapi import OPENAPI, OpenApiResource
 from skulk.services.api.embedding_request import EMBEDDING_LIST, EMBEDDING_REQUEST
 from skulk.services.api.resources import (admin, anthropic, cancel, completions, config, diagnostics, events, health,
-                                           instance, models, node_id, ollama, place, previews, responses, state,
-                                           store, store_proxy)
+                                           instance, model_add, models, node_id, ollama, place, previews, responses,
+                                           state, store, store_proxy)
 from skulk.services.api.resources.embeddings import EmbeddingsResource
 from skulk.services.api.resources import traces, traces_cluster
 from skulk.services.api.resources.tracing import TRACING, TracingResource
@@ -35,7 +35,7 @@ from skulk.services.api.metering import ApiShape
 from skulk.services.api.resources.dashboard import (ASSET_SCHEMA, PAGE_SCHEMA, SPA_PATHS,
                                                      DashboardAssetResource, DashboardPageResource)
 from skulk.services.api.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array
-from skulk.services.api.state_json import INSTANCE, MODEL_LIST, STATE
+from skulk.services.api.state_json import INSTANCE, MODEL_ENTRY, MODEL_LIST, STATE
 from skulk.supervisor.api_keys import Scope
 
 INFERENCE, PUBLIC = Scope.INFERENCE, Scope.PUBLIC
@@ -137,6 +137,9 @@ ROUTES: tuple[Route, ...] = (
     Route("/v1/models", lambda d: models.ModelsResource(_catalog(d)), {
         "GET": Op("The models on this node's disk", ok=MODEL_LIST)}, "cluster", aliases=("/models",),
           scope=INFERENCE),
+    Route("/models/add", lambda d: model_add.ModelAddResource(d.models), {
+        "POST": Op("Import a model from a path on this node (a .gguf file or a model directory) into its "
+                   "models dir", ok=MODEL_ENTRY, body=model_add.ADD_REQUEST, errors=(400, 404, 409, 507))}, "cluster"),
     Route("/place_instance", lambda d: place.PlaceResource(d.gateway, d.replica, _catalog(d)), {
         "POST": Op("Place an instance of a model on the cluster", ok=place.PLACED, body=place.PLACE_REQUEST,
                    errors=(400, 404, 503))}, "cluster"),

@@ -174,8 +174,10 @@ STATE: Schema = obj({
     "nodeHealth": map_of(obj({"level": enum("ok", "warn", "error"), "reasons": array(ANY_OBJECT)})),
     "masterNodeId": STRING, "restartingNodes": map_of(STRING), "deletedInstances": ANY_OBJECT})
 """`state_json`: every top-level key with its type (the inner telemetry maps are open)."""
-MODEL_LIST: Schema = obj({"object": enum("list"), "data": array(obj({
+MODEL_ENTRY: Schema = obj({
     "id": STRING, "object": enum("model"), "created": INTEGER, "owned_by": STRING, "name": STRING,
     "context_length": INTEGER, "supports_tensor": BOOLEAN, "tasks": array(STRING), "family": STRING,
-    "quantization": STRING, "storage_size_megabytes": INTEGER}, {"capabilities": array(STRING)}))})
+    "quantization": STRING, "storage_size_megabytes": INTEGER}, {"capabilities": array(STRING)})
+"""`model_entry`: one model (upstream's ModelListModel)."""
+MODEL_LIST: Schema = obj({"object": enum("list"), "data": array(MODEL_ENTRY)})
 """`/v1/models`: `{"object": "list", "data": [model_entry(...)]}`."""

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skulk.services.runner import llama_split
 from skulk.services.runner.deadline import GROUP_CONNECT_EXIT, Deadline
+from skulk.wire.model_cards import LLAMA_LAYOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +94,16 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
         # As one node does (fp32 on the CPU), and before the split: the layers are then plain
         # Linear ones that `shard` and `pipeline` know; nothing is computed until the shard's eval.
         model = dequantize_model(model)
-    if ring.sharding == "Tensor":
+    args = model.model.layers[0].self_attn if config.get("model_type") in LLAMA_LAYOUT else None
+    if ring.sharding == "Tensor" and args is not None and (args.n_heads % group.size() or
+                                                          args.n_kv_heads % group.size()):
+        llama_split.tensor(model.model, group)  # mlx-lm's shard needs the heads to divide
+    elif ring.sharding == "Tensor":
         model.shard(group)
-    else:
+    elif hasattr(model.model, "pipeline"):
         model.model.pipeline(group, split=list(ring.split))
+    else:
+        llama_split.pipeline(model.model, group, list(ring.split))
     if mx.default_device() == mx.cpu:
         model.set_dtype(mx.float32)
     mx.eval(model.parameters())

@@ -18,6 +18,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,8 +40,21 @@ IGNORE_PATTERNS = ["*.bin", "*.pth", "*.pt", "*.gguf", "*.onnx", "*.h5", "*.msgp
 T = TypeVar("T")
 
 
+class AddFailure(StrEnum):
+    """Why a model could not be added (callers branch on this, never on the message)."""
+
+    INVALID = "invalid"  # not a model, a foreign or truncated file, an unsupported architecture
+    EXISTS = "exists"  # a model with that id is already there
+    WRITE = "write"  # the destination cannot take it (a full or read-only disk)
+    FETCH = "fetch"  # the hub or the store could not give it
+
+
 class FetchError(RuntimeError):
     """A model could not be added; the message is one line naming the model and why."""
+
+    def __init__(self, message: str, reason: AddFailure = AddFailure.INVALID) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +99,14 @@ def _install(ready: Path, dest_root: Path, force: bool) -> Path:
     if final.exists():
         if not force:
             raise FetchError(f"{ready.name.replace('--', '/', 1)}: already in {dest_root} "
-                             "(delete it first, or pass --force)")
+                             "(delete it first, or pass --force)", AddFailure.EXISTS)
         remove_tree(final)
     os.utime(ready)  # the directory's mtime is when it arrived (the registry's downloaded_at)
     try:
         os.rename(ready, final)
     except OSError as exc:
-        raise FetchError(f"{ready.name.replace('--', '/', 1)}: cannot move into {final}: {exc}") from None
+        raise FetchError(f"{ready.name.replace('--', '/', 1)}: cannot move into {final}: {exc}",
+                         AddFailure.WRITE) from None
     return final
 
 
@@ -111,7 +126,7 @@ def add_local_dir(source: Path, dest_root: Path, model_id: str | None = None,
     validate_source(source, model_id)
     dest_root.mkdir(parents=True, exist_ok=True)
     if (dest_root / dir_name).exists() and not force:
-        raise FetchError(f"{model_id}: already in {dest_root} (delete it first, or pass --force)")
+        raise FetchError(f"{model_id}: already in {dest_root} (delete it first, or pass --force)", AddFailure.EXISTS)
     work = dest_root / WORK_DIR / f"copy-{uuid.uuid4().hex[:12]}"
     try:
         work.mkdir(parents=True)
@@ -119,7 +134,7 @@ def add_local_dir(source: Path, dest_root: Path, model_id: str | None = None,
         try:
             shutil.copytree(source, staged, ignore=shutil.ignore_patterns(".*"))
         except (OSError, shutil.Error) as exc:
-            raise FetchError(f"{model_id}: copy from {source} failed: {exc}") from None
+            raise FetchError(f"{model_id}: copy from {source} failed: {exc}", AddFailure.WRITE) from None
         final = _install(staged, dest_root, force)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -152,7 +167,7 @@ def add_gguf(path: Path, dest_root: Path, model_id: str | None = None, force: bo
     dir_name = _checked_dir(model_id)
     dest_root.mkdir(parents=True, exist_ok=True)
     if (dest_root / dir_name).exists() and not force:
-        raise FetchError(f"{model_id}: already in {dest_root} (delete it first, or pass --force)")
+        raise FetchError(f"{model_id}: already in {dest_root} (delete it first, or pass --force)", AddFailure.EXISTS)
     work = dest_root / WORK_DIR / f"gguf-{uuid.uuid4().hex[:12]}"
     try:
         staged = work / dir_name
@@ -166,7 +181,7 @@ def add_gguf(path: Path, dest_root: Path, model_id: str | None = None, force: bo
             raise FetchError(f"{model_id}: {path.name} gave no usable model: {exc}") from None
         except OSError as exc:  # a full disk, a read-only destination
             raise FetchError(f"{model_id}: cannot write the imported model under {dest_root}: "
-                             f"{exc.strerror or exc}") from None
+                             f"{exc.strerror or exc}", AddFailure.WRITE) from None
         final = _install(staged, dest_root, force)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -146,6 +146,33 @@ def test_a_truncated_or_foreign_file_is_refused_at_once_and_leaves_nothing(real_
     assert (real_model / "model.safetensors").is_file()
 
 
+def test_the_api_imports_a_gguf_file_on_the_node_and_refuses_bad_ones_cleanly(real_node, real_model, tmp_path):
+    gguf = real_model.parent.parent / "cache" / "packages" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    models = real_node.home / "models"
+    def listed() -> list[str]:
+        return sorted(p.name for p in models.iterdir() if not p.name.startswith("."))
+    before = listed()
+    cut = tmp_path / "cut.gguf"
+    with open(gguf, "rb") as src, open(cut, "wb") as dst:
+        dst.write(src.read(gguf.stat().st_size // 2))
+    for body, status, needle in (
+            ({"path": str(cut)}, 400, "not a GGUF file mlx can read"),
+            ({"path": "relative/file.gguf"}, 400, "not an absolute path"),
+            ({"path": str(tmp_path / "nothing.gguf")}, 404, "does not exist on this node"),
+            ({"path": str(gguf), "model_id": REAL}, 409, "already in"),
+            ({}, 400, "`path` is required")):
+        got, reply = http_json(f"{real_node.url}/models/add", body)
+        assert got == status and needle in reply["error"]["message"], (body, reply)
+    assert listed() == before and not any((models / ".partial").iterdir())  # nothing half-written left
+
+    got, entry = http_json(f"{real_node.url}/models/add", {"path": str(gguf.parent), "model_id": "test/smol-api"})
+    assert got == 200 and entry["id"] == "test/smol-api" and entry["family"] == "llama", entry
+    assert (models / "test--smol-api" / "tokenizer.json").is_file()
+    from tests.integration.harness import wait_until
+    wait_until(real_node, lambda: any(m["id"] == "test/smol-api" for m in http_json(f"{real_node.url}/v1/models")[1]["data"]),
+               15, "the imported model in the catalog")
+
+
 def test_offline_with_an_empty_cache_the_error_names_the_package_and_the_random_models(tmp_path):
     import os
 
@@ -185,24 +212,32 @@ def test_a_json_schema_gives_valid_json_from_the_real_model(real_node):
     print(f"schema-constrained answer: {answer}")
 
 
-def test_across_two_nodes_the_real_model_is_refused_by_name_not_crashed(nodes, real_model):
-    """SmolLM2 cannot be split in this mlx-lm: its llama class has no `pipeline`, and its 3 kv
-    heads do not divide in two. Both are typed refusals at once (a Pipeline placement used to
-    start runners that all failed at load)."""
+def test_split_over_two_nodes_the_real_model_answers_as_one_node(nodes, real_model, reference):
+    """mlx-lm's llama class has no `pipeline`, and its `shard` needs the 3 key-value heads to
+    divide in two: the runner splits the layers itself, and the heads by whole groups (2 and 1).
+    Pipeline x2 and Tensor x2: the 8 prompts, all at once, give mlx-lm's own answers."""
     import uuid
 
     from tests.integration.cluster import FAST, converged, node_args
     from tests.integration.harness import wait_until
+    from tests.integration.test_sharding import place_and_wait
 
     namespace = f"t-{uuid.uuid4().hex[:8]}"
     a = nodes("pa", config=FAST, args=node_args(namespace, []), models={REAL_DIR: real_model})
     b = nodes("pb", config=FAST, args=node_args(namespace, [a]), models={REAL_DIR: real_model})
     wait_until(a, lambda: converged([a, b], 2), 30, "formation")
-    for sharding, needle in (("Pipeline", "does not support pipeline parallelism (llama in mlx-lm)"),
-                             ("Tensor", "num_key_value_heads=3")):
-        status, refused = http_json(f"{a.url}/place_instance", {"model_id": REAL, "sharding": sharding, "min_nodes": 2})
-        assert status == 400 and needle in refused["error"]["message"], refused
-    assert http_json(f"{a.url}/state")[1]["instances"] == {}
+    for sharding in ("Pipeline", "Tensor"):
+        iid, took, inst = place_and_wait(a, [a, b], {"model_id": REAL, "sharding": sharding, "min_nodes": 2})
+        shards = next(iter(inst.values()))["shardAssignments"]["runnerToShard"].values()
+        assert len(shards) == 2 and all(f"{sharding}ShardMetadata" in s for s in shards), shards
+        together = bc.all_at_once(b.url, [ask(p) for p in PROMPTS])
+        for prompt, ref, (status, reply) in zip(PROMPTS, reference, together):
+            assert status == 200, reply
+            assert reply["choices"][0]["message"]["content"] == ref["text"], (sharding, prompt)
+            want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
+            assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", (sharding, prompt)
+        print(f"SmolLM2 {sharding} x2 ready in {took:.1f}s: the 8 answers are mlx-lm's")
+        assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 
 def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real_node, module_nodes, real_model):

@@ -122,6 +122,7 @@ EXAMPLES: dict[str, Any] = {
     "generate": {"model": "org/model", "prompt": "hi"},
     "show": {"model": "org/model"},
     "/place_instance": {"model_id": "org/model"},
+    "/models/add": {"path": "/no/such/file.gguf", "model_id": "org/model"},
     "/config": {},
     "/store/purge-staging": {"modelId": "org/model"},
     "/v1/traces/delete": {"taskIds": ["no-such-task"]},

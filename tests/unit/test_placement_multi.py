@@ -95,6 +95,20 @@ def test_tensor_divisibility_and_support():
     assert {(s.start_layer, s.end_layer) for s in got.runner_to_shard.values()} == {(0, 32)}
 
 
+def test_the_llama_layout_splits_by_whole_head_groups_up_to_its_kv_heads():
+    """SmolLM2's shape: 3 key-value heads split 2 + 1 over two ranks; four ranks would leave one
+    without a head."""
+    state = cluster(("a", 64, 60), ("b", 64, 60), ("c", 64, 60), ("d", 64, 60))
+    smol = replace(CARD, family="llama", num_key_value_heads=3, hidden_size=576)
+    for width, fits in ((2, True), (3, True), (4, False)):
+        got = place(state, PlaceInstance(command_id="c", card=smol, sharding="Tensor", min_nodes=width), ids())
+        assert isinstance(got, PlacementError) != fits, (width, got)
+    two = cluster(("a", 64, 60), ("b", 64, 60))  # mlx-lm's own shard: the heads must divide
+    got = place(two, PlaceInstance(command_id="c", card=replace(smol, family="qwen2"), sharding="Tensor",
+                                   min_nodes=2), ids())
+    assert isinstance(got, PlacementError) and "num_key_value_heads=3" in got.message
+
+
 def test_exclusions_unknown_ids_are_ignored():
     state = cluster(("a", 64, 60), ("b", 64, 60))
     got = place(state, PlaceInstance(command_id="c", card=CARD, excluded_nodes=("a", "ghost")), ids())
@@ -133,12 +147,13 @@ def test_placement_counts_what_a_runner_holds_not_the_files_size():
                                 ids()), PlacementError)  # unknown: the files' size, as before
 
 
-def test_a_family_mlx_lm_cannot_pipeline_runs_on_one_node_or_is_refused_by_name():
-    """mlx-lm's llama has no `pipeline`: a split would crash every runner at load."""
-    llama = replace(CARD, family="llama", supports_pipeline=False, storage_size_bytes=20 * GIB)
+def test_a_family_nobody_can_pipeline_runs_on_one_node_or_is_refused_by_name():
+    """phi3 has no `pipeline` in mlx-lm and no split of the runner's own: a split would crash
+    every runner at load."""
+    llama = replace(CARD, family="phi3", supports_pipeline=False, storage_size_bytes=20 * GIB)
     two = cluster(("a", 24, 20), ("b", 24, 20))  # fits only split across both
     got = place(two, PlaceInstance(command_id="c", card=llama), ids())
-    assert isinstance(got, PlacementError) and "does not support pipeline parallelism (llama" in got.message
+    assert isinstance(got, PlacementError) and "does not support pipeline parallelism (phi3" in got.message
     small = replace(llama, storage_size_bytes=4 * GIB)
     got = place(two, PlaceInstance(command_id="c", card=small), ids())
     assert not isinstance(got, PlacementError) and len(got.node_to_runner) == 1

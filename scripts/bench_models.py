@@ -1,0 +1,52 @@
+"""The models the benchmarks run, and the baseline's copy of each in the dtype Skulk runs.
+
+`--sizes` names them: `tiny` and `100m` (random demo models, fp32 as stored) and `smollm2` (the
+real SmolLM2-135M-Instruct, imported from its GGUF package as `skulk model demo` does: 4-bit).
+On the CPU Skulk's runner dequantizes a quantized model and runs fp32, while mlx_lm.server runs
+what is stored: its quantized CPU matmuls are ~10x slower, which would compare two kernels, not
+two servers. So the baseline gets a copy dequantized to fp32 by mlx-lm's own converter, the
+dtype path Skulk takes (`--baseline-as-stored` keeps the stored one).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SIZES = ("tiny", "100m", "smollm2")
+DEQUANTIZE = ("import sys; from mlx_lm import convert; "
+              "convert(sys.argv[1], mlx_path=sys.argv[2], dequantize=sys.argv[3] == '1', dtype=sys.argv[4])")
+
+
+def build(size: str, root: Path) -> Path:
+    """The model directory (`<org>--<name>`) a `--sizes` entry names, made under `root`."""
+    if size == "smollm2":
+        from skulk.scripts.real_model import build as build_real
+
+        return build_real(root / "real-home")
+    if size not in SIZES:
+        raise SystemExit(f"unknown size {size!r}: one of {', '.join(SIZES)}")
+    from skulk.scripts.demo_model import build as build_demo
+
+    return build_demo(root / "models", size=size)
+
+
+def quantized(model_dir: Path) -> bool:
+    config = json.loads((model_dir / "config.json").read_text())
+    return bool(config.get("quantization") or config.get("quantization_config"))
+
+
+def baseline_dir(model_dir: Path, root: Path, as_stored: bool = False) -> Path:
+    """`model_dir` itself, or (quantized, on the CPU) an fp32 dequantized copy of the same name
+    (mlx-lm's converter casts before it dequantizes: two passes, the second to fp32)."""
+    if as_stored or not quantized(model_dir):
+        return model_dir
+    half = root / "dequantized" / model_dir.name
+    out = root / "baseline-fp32" / model_dir.name
+    for src, dst, deq in ((model_dir, half, "1"), (half, out, "0")):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", DEQUANTIZE, str(src), str(dst), deq, "float32"], check=True,
+                       capture_output=True, timeout=600)
+    return out
