@@ -58,6 +58,7 @@ class NodeConfig:
     root_budget: Budget = field(default_factory=lambda: Budget(intensity=3, period_s=60.0))
     runners_budget: Budget = field(default_factory=lambda: Budget(intensity=5, period_s=30.0))
     warmup_deadline_s: float = 300.0
+    step_deadline_s: float = 300.0  # one long step (a first-use compile, a big prefill) before a kill
     group_connect_deadline_s: float = 120.0
     recreate_backoff_s: float = 0.5
     max_batch: int = 16
@@ -110,7 +111,7 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
             "max_body_mb": ("api_max_body_mb", float), "max_messages": ("api_max_messages", int),
             "max_streams_per_key": ("api_max_streams_per_key", int),
             "write_timeout_s": ("api_write_timeout_s", float)},
-    "runner": {"warmup_deadline_s": ("warmup_deadline_s", float),
+    "runner": {"warmup_deadline_s": ("warmup_deadline_s", float), "step_deadline_s": ("step_deadline_s", float),
                "group_connect_deadline_s": ("group_connect_deadline_s", float),
                "recreate_backoff_s": ("recreate_backoff_s", float),
                "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
@@ -138,6 +139,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_NODE_NAME": ("node_name", str),
     "SKULK_BOOTSTRAP_PEERS": ("bootstrap_peers", list),
     "SKULK_WARMUP_DEADLINE_SECONDS": ("warmup_deadline_s", float),
+    "SKULK_STEP_DEADLINE_SECONDS": ("step_deadline_s", float),
     "SKULK_GROUP_CONNECT_DEADLINE_SECONDS": ("group_connect_deadline_s", float),
     "SKULK_LOGGING_EXTERNAL": ("log_json", bool),  # upstream: 1 => JSON to stdout for Vector
     "SKULK_LOGGING_INGEST_URL": ("log_ingest_url", str),
@@ -290,7 +292,8 @@ def _check(cfg: NodeConfig) -> None:
             raise ConfigError(f"cluster.key_file: {exc}") from None
     if cfg.heartbeat_s <= 0 or cfg.liveness < 1:
         raise ConfigError("heartbeat interval must be > 0 and liveness >= 1")
-    if min(cfg.ready_timeout_s, cfg.shutdown_s, cfg.warmup_deadline_s, cfg.group_connect_deadline_s) <= 0:
+    if min(cfg.ready_timeout_s, cfg.shutdown_s, cfg.warmup_deadline_s, cfg.group_connect_deadline_s,
+           cfg.step_deadline_s) <= 0:
         raise ConfigError("timeouts must be > 0")
     if not 0 <= cfg.drain_timeout_s <= 3600:
         raise ConfigError("node.drain_timeout_s must be in 0..3600 (0: restart without draining)")

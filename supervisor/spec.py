@@ -14,7 +14,8 @@ class ChildSpec:
     """One OS process: `python -m <module> <args>`, shown as `skulk: <title>`.
 
     `ready_timeout_s` bounds boot (for runners: load + warmup); after ready the child must
-    heartbeat every `heartbeat_s` or be killed after `liveness` missed beats.
+    heartbeat every `heartbeat_s` or be killed after `liveness` missed beats (or, inside one
+    step it reported, at `step_deadline_s`).
     """
 
     id: str
@@ -26,6 +27,9 @@ class ChildSpec:
     ready_timeout_s: float = 15.0
     heartbeat_s: float = 1.0
     liveness: int = 3
+    step_deadline_s: float = 0.0
+    """How long one step may keep the child's loop from beating while its watch thread says
+    it is inside that step (runners: a first-use compile, a large prefill); 0: no grace."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -134,12 +134,14 @@ class Supervisor:
             self.emit(child_id, self.spec.id, "ready", pid, slot.restarts, "")
         return True
 
-    def on_beat(self, child_id: str, pid: int, now: float) -> bool:
+    def on_beat(self, child_id: str, pid: int, now: float, step: str = "", step_age_s: float = 0.0) -> bool:
+        """A beat from the child's loop, or (`step`) from its watch thread while the loop is
+        inside one long step (`watchdog.ChildClock.in_step`)."""
         slot = self.slots.get(child_id)
         if not isinstance(slot, WorkerSlot) or slot.proc is None or slot.proc.pid != pid:
             return False
         if slot.clock is not None and slot.clock.ready_at is not None:
-            slot.clock = slot.clock.beat(now)
+            slot.clock = slot.clock.in_step(now, step_age_s, step) if step else slot.clock.beat(now)
         return True
 
     def handle_exit(self, child_id: str, returncode: int, now: float) -> None:
@@ -230,6 +232,10 @@ class Supervisor:
                          "recurs on the same machine and the child uses the GPU, the GPU may be "
                          "wedged: reboot that machine.", slot.id, slot.proc.pid,
                          slot.clock.ready_timeout_s)
+        elif why == "step_deadline":
+            log.error("%s (pid %d) has been inside one step (%s) for %.1fs, past its step deadline "
+                      "(runner.step_deadline_s %.0fs); killing it", slot.id, slot.proc.pid, slot.clock.step,
+                      now - (slot.clock.step_since or now), slot.clock.step_deadline_s)
         else:
             log.error("%s (pid %d) missed %d heartbeats (%.1fs); killing it", slot.id,
                       slot.proc.pid, slot.clock.liveness, slot.clock.heartbeat_s * slot.clock.liveness)
@@ -298,7 +304,7 @@ class Supervisor:
             return
         slot.state, slot.started_at = "starting", now
         slot.clock = ChildClock(now, slot.spec.ready_timeout_s, slot.spec.heartbeat_s,
-                                slot.spec.liveness)
+                                slot.spec.liveness, step_deadline_s=slot.spec.step_deadline_s)
         log.info("%s started (pid %d)", slot.id, slot.proc.pid)
         self.emit(slot.id, self.spec.id, "started", slot.proc.pid, slot.restarts, "")
 

@@ -107,7 +107,8 @@ def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> Superviso
                        # the supervisor's ready deadline is the backstop just after it
                        ready_timeout_s=cfg.warmup_deadline_s + RUNNER_READY_GRACE_S,
                        heartbeat_s=cfg.heartbeat_s,
-                       liveness=max(cfg.liveness, RUNNER_MIN_LIVENESS))
+                       liveness=max(cfg.liveness, RUNNER_MIN_LIVENESS),
+                       step_deadline_s=cfg.step_deadline_s)
     runners = SupervisorSpec(id="runners", strategy="simple_one_for_one",
                              intensity=cfg.runners_budget.intensity,
                              period_s=cfg.runners_budget.period_s, template=runner)

@@ -1,11 +1,19 @@
-"""Ready deadlines and heartbeat liveness (pure): is a child overdue, and when to look next."""
+"""Ready deadlines, heartbeat liveness and step deadlines (pure): is a child overdue, and why.
+
+A child beats from its loop. A runner's loop can sit inside one long evaluation (a first-use
+kernel compile on a GPU, a large prefill on a slow device): its own watch thread then says so
+(a beat carrying the step and its age), and the child is judged by the step's age against
+`step_deadline_s` instead of by missed beats. A step that never returns is still killed, at
+its step's deadline; a child that says nothing at all is killed after `liveness` beats, as
+before.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-Verdict = Literal["ready_timeout", "heartbeat_missed"]
+Verdict = Literal["ready_timeout", "heartbeat_missed", "step_deadline"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,28 +24,41 @@ class ChildClock:
     liveness: int
     ready_at: float | None = None
     last_beat: float | None = None
+    step_deadline_s: float = 0.0  # 0: this child's steps get no grace (every role but runners)
+    step_since: float | None = None  # when the long step it reported began (supervisor's clock)
+    step: str = ""  # what that step is, for the log line that kills it
 
     def ready(self, now: float) -> ChildClock:
-        return ChildClock(self.started_at, self.ready_timeout_s, self.heartbeat_s,
-                          self.liveness, now, now)
+        return replace(self, ready_at=now, last_beat=now, step_since=None, step="")
 
     def beat(self, now: float) -> ChildClock:
-        return ChildClock(self.started_at, self.ready_timeout_s, self.heartbeat_s,
-                          self.liveness, self.ready_at, now)
+        """A beat from the loop: whatever step it reported has returned."""
+        return replace(self, last_beat=now, step_since=None, step="")
+
+    def in_step(self, now: float, age_s: float, step: str) -> ChildClock:
+        """The child's watch thread: its loop has been inside `step` for `age_s` seconds. The
+        last loop beat stays what it was: only the step's own deadline is added."""
+        if self.ready_at is None or self.step_deadline_s <= 0 or age_s < 0:
+            return self
+        return replace(self, step_since=now - age_s, step=step)
 
     def deadline(self) -> float:
         """The moment this child becomes overdue if nothing arrives before then."""
         if self.ready_at is None:
             return self.started_at + self.ready_timeout_s
         last = self.last_beat if self.last_beat is not None else self.ready_at
-        return last + self.heartbeat_s * self.liveness
+        missed = last + self.heartbeat_s * self.liveness
+        if self.step_since is None:
+            return missed
+        return max(missed, self.step_since + self.step_deadline_s)
 
 
 def forgive(clock: ChildClock, now: float) -> ChildClock:
     """The supervisor itself was frozen (SIGSTOP, machine suspend): restart the child's
     liveness window from `now` instead of blaming it for beats nobody was there to read."""
     if clock.ready_at is None:
-        return ChildClock(now, clock.ready_timeout_s, clock.heartbeat_s, clock.liveness)
+        return ChildClock(now, clock.ready_timeout_s, clock.heartbeat_s, clock.liveness,
+                          step_deadline_s=clock.step_deadline_s)
     return clock.beat(now)
 
 
@@ -45,7 +66,9 @@ def verdict(clock: ChildClock, now: float) -> Verdict | None:
     """None while the child is on time; otherwise why it must be killed."""
     if now < clock.deadline():
         return None
-    return "ready_timeout" if clock.ready_at is None else "heartbeat_missed"
+    if clock.ready_at is None:
+        return "ready_timeout"
+    return "step_deadline" if clock.step_since is not None else "heartbeat_missed"
 
 
 def boot_backoff_s(consecutive_boot_failures: int, *, base_s: float = 1.0, cap_s: float = 30.0) -> float:

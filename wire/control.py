@@ -29,6 +29,8 @@ class Heartbeat(Message):
     child_id: str
     pid: int
     seq: int
+    step: str = ""  # set by a runner's watch thread: its loop is inside this step ...
+    step_age_s: float = 0.0  # ... since this long (the supervisor judges it by its step deadline)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,5 @@
-"""A hard deadline around a call that may block in C forever, and the exit codes it uses."""
+"""A hard deadline around a call that may block in C forever, the exit codes it uses, and the
+stall watch's step beats to the supervisor."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("skulk.runner")
 
@@ -42,3 +45,33 @@ class Deadline:
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
+
+
+class StepBeats:
+    """The stall watch's line to the supervisor (its own PUSH: the loop's is not thread-safe):
+    a `Heartbeat` naming the step the loop is inside and its age (`watchdog.ChildClock.in_step`)."""
+
+    def __init__(self, ctx: Any, run_dir: Path, child_id: str) -> None:
+        import zmq
+
+        from skulk.wire import endpoints
+        from skulk.wire.sockets import make_socket
+
+        self.child_id, self.seq = child_id, 0
+        self.sock = make_socket(ctx, zmq.PUSH, hwm=10, connect=endpoints.supervisor_notify(run_dir))
+
+    def send(self, step: str, age_s: float) -> None:
+        import zmq
+
+        from skulk.wire.control import Heartbeat
+        from skulk.wire.sockets import send
+
+        self.seq += 1
+        try:
+            send(self.sock, Heartbeat(child_id=self.child_id, pid=os.getpid(), seq=self.seq, step=step,
+                                      step_age_s=round(age_s, 3)), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # the supervisor is not reading: it judges by the beats it gets
+
+    def close(self) -> None:
+        self.sock.close(0)

@@ -6,10 +6,12 @@ in `last_progress_at` either way). Every entry is returned to the caller, who pu
 the node's bus, so the node's API holds a rank's last entries even after the rank froze.
 
 `StallWatch` is the one thing the loop cannot do itself: while a step is stuck (a rank waiting
-in a collective for a peer that froze or died), the loop is blocked inside MLX, so a small
-thread notices the step has not returned and records `decode_barrier` / `prefill_barrier`
-entries on its own socket. That is the timeline's deadlock signature: the waiting rank's
-entries keep coming, the stuck rank's stop.
+in a collective for a peer that froze or died, a first-use GPU kernel compile, a big prefill),
+the loop is blocked inside MLX, so a small thread notices the step has not returned and records
+`decode_barrier` / `prefill_barrier` entries (a single rank: `long_step` in its stream phase) on
+its own socket. That is the timeline's deadlock signature: the waiting rank's entries keep
+coming, the stuck rank's stop. It also tells the supervisor the step and its age, which then
+judges the rank by `runner.step_deadline_s` instead of by the beats its loop cannot send.
 """
 
 from __future__ import annotations
@@ -126,11 +128,14 @@ class FlightRecorder:
 
 
 class StallWatch:
-    """Notices a step that does not return and records where this rank waits (see above)."""
+    """Notices a step that does not return: records where this rank is (see above) and, through
+    `beat`, tells the supervisor which step its loop is inside and for how long, so a long step
+    (a first-use GPU compile, a big prefill) is judged by the step deadline, not by missed beats."""
 
     def __init__(self, recorder: FlightRecorder, publish: Callable[[FlightEntry], None],
-                 stall_after_s: float = STALL_AFTER_S, every_s: float = STALL_NOTE_EVERY_S) -> None:
-        self.recorder, self.publish = recorder, publish
+                 stall_after_s: float = STALL_AFTER_S, every_s: float = STALL_NOTE_EVERY_S,
+                 beat: Callable[[str, float], None] | None = None, sharded: bool = True) -> None:
+        self.recorder, self.publish, self.beat, self.sharded = recorder, publish, beat, sharded
         self.stall_after_s, self.every_s = stall_after_s, every_s
         self._began = 0.0  # monotonic start of the running step (0: none)
         self._prefill = False
@@ -158,10 +163,20 @@ class StallWatch:
                 continue
             now = time.monotonic()
             waited = now - began
-            if waited < self.stall_after_s or now - self._noted < self.every_s:
+            if waited < self.stall_after_s:
+                continue
+            kind = "prefill" if self._prefill else "decode"
+            if self.beat is not None:
+                self.beat(f"{kind} step {self._seq}", waited)
+            if now - self._noted < self.every_s:
                 continue
             self._noted = now
-            phase = "prefill_barrier" if self._prefill else "decode_barrier"
-            entry = self.recorder.note("waiting_on_ranks", f"step {self._seq} has not returned for {waited:.1f} s",
-                                       attrs={"step": self._seq, "waitedS": round(waited, 1)}, phase=phase)
+            if self.sharded:
+                entry = self.recorder.note("waiting_on_ranks", f"step {self._seq} has not returned for {waited:.1f} s",
+                                           attrs={"step": self._seq, "waitedS": round(waited, 1)},
+                                           phase=f"{kind}_barrier")
+            else:
+                entry = self.recorder.note("long_step", f"{kind} step {self._seq} has run for {waited:.1f} s",
+                                           attrs={"step": self._seq, "waitedS": round(waited, 1)},
+                                           phase=f"{kind}_stream")
             self.publish(entry)

@@ -25,13 +25,15 @@ RATE_WINDOW_S = 1.0
 
 class Observer:
     def __init__(self, ident: Ident, traces: RankTraces, publish: Callable[[FlightEntry], None],
-                 stall_publish: Callable[[FlightEntry], None] | None, sharded: bool) -> None:
+                 stall_publish: Callable[[FlightEntry], None] | None, sharded: bool,
+                 step_beat: Callable[[str, float], None] | None = None) -> None:
         self.recorder = FlightRecorder(ident)
         self.traces = traces
         self.publish = publish
         self.sharded = sharded
-        # Only a rank that can wait on a peer gets the watch: a single rank's long step is work.
-        self.stall = StallWatch(self.recorder, stall_publish) if stall_publish is not None else None
+        # Its own thread and sockets (`stall_publish`, `step_beat`): the loop may be inside MLX.
+        self.stall = (StallWatch(self.recorder, stall_publish, beat=step_beat, sharded=sharded)
+                      if stall_publish is not None else None)
         self.rate_mark = (time.monotonic(), 0)
         self.tok_s = 0.0
         self.emit(self.recorder.note("created", f"rank {ident.rank} of {ident.world_size}"))

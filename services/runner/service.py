@@ -28,7 +28,7 @@ from skulk.services.base import ServiceLoop
 from skulk.services.runner import embed_engine, lockstep
 from skulk.services.runner.batch_engine import MlxBatchEngine
 from skulk.services.runner.batcher import Batcher, Out, follow
-from skulk.services.runner.deadline import WEDGED_EXIT, Deadline
+from skulk.services.runner.deadline import WEDGED_EXIT, Deadline, StepBeats
 from skulk.services.runner.engine import Engine
 from skulk.services.runner.flight import Ident
 from skulk.services.runner.observe import Observer
@@ -77,14 +77,13 @@ class Runner:
         traces = RankTraces(loop.rt.args.home, ns.node_id, "", ns.model_id, ns.rank)
         self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max), traces=traces)
         sharded = self.ring is not None
-        # The stall watch publishes from its own thread, so on its own socket.
-        stall_sock = make_socket(loop.ctx, zmq.PUB, hwm=100, connect=endpoints.bus_in(loop.rt.args.run_dir)) \
-            if sharded else None
+        # The stall watch publishes and beats from its own thread, so on its own sockets.
+        stall_sock = make_socket(loop.ctx, zmq.PUB, hwm=100, connect=endpoints.bus_in(loop.rt.args.run_dir))
+        self.step_beats = StepBeats(loop.ctx, loop.rt.args.run_dir, loop.rt.args.child_id)
         self.observer = Observer(
             Ident(ns.runner_id, ns.instance_id, ns.model_id, ns.node_id, ns.rank, max(1, len(hosts))), traces,
-            self.publish_entry,
-            (lambda e: publish(stall_sock, EVT_FLIGHT, e, ns.runner_id)) if stall_sock is not None else None,
-            sharded)
+            self.publish_entry, lambda e: publish(stall_sock, EVT_FLIGHT, e, ns.runner_id), sharded,
+            self.step_beats.send)
         self.stall_sock = stall_sock
         self.leader: lockstep.Leader | None = None
         self.follower: lockstep.Follower | None = None
@@ -102,8 +101,8 @@ class Runner:
     # ---- status ---------------------------------------------------------------------------
     def shutdown(self) -> None:
         self.observer.shutdown()
-        if self.stall_sock is not None:  # its thread has ended
-            self.stall_sock.close(0)
+        self.stall_sock.close(0)  # its thread has ended
+        self.step_beats.close()
 
     def publish_entry(self, entry: FlightEntry) -> None:
         self.loop.publish(EVT_FLIGHT, entry, suffix=self.ns.runner_id)
@@ -210,14 +209,14 @@ class Runner:
         plan = self.batcher.plan()
         if plan is None:
             return False
-        if faults.ENABLED:  # test faults: `prefill` when requests join, `decode:<n>` at batch step n
-            if plan.step.inserts:
-                faults.inject("runner", "prefill")
-            faults.inject("runner", f"decode:{plan.step.seq}")
         step = self.batcher.admit_plan(plan, time.monotonic())
         if self.leader is not None:
             self.leader.broadcast(step)
         self.observer.step_begins(step.seq, bool(step.inserts) or bool(self.batcher.last_prefilling))
+        if faults.ENABLED:  # test faults, inside the step: `prefill` when requests join, `decode:<n>` at step n
+            if plan.step.inserts:
+                faults.inject("runner", "prefill")
+            faults.inject("runner", f"decode:{plan.step.seq}")
         outs = self.batcher.run_step(time.monotonic)
         oldest = next(iter(self.batcher.running.values()), None)
         self.observer.step_ended(self.batcher.last_prefilling, self.batcher.last_tokens, len(self.batcher.running),

@@ -82,6 +82,25 @@ def test_watchdog_heartbeats_after_ready():
     assert verdict(clock, 7.5) == "heartbeat_missed"
 
 
+def test_a_long_step_is_judged_by_its_step_deadline_not_by_missed_beats():
+    """A runner's loop inside one evaluation (a first-use compile): its watch thread reports the
+    step and its age; the step may run to its deadline, then the runner is killed all the same."""
+    clock = ChildClock(0.0, 5.0, 1.0, 10, step_deadline_s=300.0).ready(1.0).beat(10.0)
+    assert verdict(clock, 20.0) == "heartbeat_missed"  # said nothing: the usual 10 beats
+    in_step = clock.in_step(15.0, 5.0, "prefill step 0")  # the step began at 10.0
+    assert verdict(in_step, 20.0) is None and verdict(in_step, 309.9) is None
+    assert verdict(in_step.in_step(300.0, 290.0, "prefill step 0"), 310.0) == "step_deadline"  # fixed start
+    assert in_step.step == "prefill step 0"
+    assert verdict(in_step.beat(50.0), 60.1) == "heartbeat_missed"  # the step returned: beats again
+
+
+def test_children_without_a_step_deadline_get_no_grace():
+    clock = ChildClock(0.0, 5.0, 1.0, 3).ready(1.0)
+    assert clock.in_step(2.0, 1.0, "x") == clock and verdict(clock.in_step(2.0, 1.0, "x"), 4.0) == "heartbeat_missed"
+    booting = ChildClock(0.0, 5.0, 1.0, 3, step_deadline_s=300.0)
+    assert booting.in_step(2.0, 1.0, "x") == booting  # boot has its own (ready) deadline
+
+
 def test_boot_backoff_is_never_a_tight_loop():
     assert [boot_backoff_s(n) for n in range(7)] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
 
