@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# What MLX computes on: CUDA where an NVIDIA driver is present, else the CPU (Metal on a Mac
+# comes with mlx itself). SKULK_ACCEL=cpu|cuda forces one; the node reads it too.
+SKULK_ACCEL ?= $(shell if [ "$$(uname -s)" = "Linux" ] && { [ -e /proc/driver/nvidia/version ] || nvidia-smi -L >/dev/null 2>&1; }; then echo cuda; else echo cpu; fi)
+export SKULK_ACCEL
+STAMP  := $(VENV)/.installed-$(SKULK_ACCEL)
 SKULK_HOME ?= $(HOME)/.skulk
 API_PORT ?= 52415
 CLUSTER_PORT ?= 52416
@@ -36,6 +40,18 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	@# mlx-cpu and mlx-cuda-13 install the same library file: keep exactly the one chosen.
+	@mlx=$$($(PY) -c 'import importlib.metadata as m; print(m.version("mlx"))'); \
+	if [ "$(SKULK_ACCEL)" = "cuda" ]; then \
+	  echo "installing mlx's CUDA backend (mlx-cuda-13 $$mlx; SKULK_ACCEL=cpu keeps the CPU one)"; \
+	  $(PY) -m pip uninstall -q -y mlx-cpu 2>/dev/null; \
+	  $(PY) -m pip install -q "mlx[cuda13]==$$mlx" && \
+	  $(PY) -m pip install -q --force-reinstall --no-deps "mlx-cuda-13==$$mlx"; \
+	elif $(PY) -m pip show -q mlx-cuda-13 >/dev/null 2>&1; then \
+	  $(PY) -m pip uninstall -q -y mlx-cuda-13 && \
+	  $(PY) -m pip install -q --force-reinstall --no-deps "mlx-cpu==$$mlx"; \
+	fi
+	rm -f $(VENV)/.installed $(VENV)/.installed-*
 	touch $(STAMP)
 
 # The real instruct model imported by `skulk model demo` (SmolLM2-135M-Instruct, from a package on

@@ -15,6 +15,7 @@ from skulk.wire import api_events as ae
 from skulk.wire import staging as sg
 from skulk.wire import tracing as tr
 from skulk.wire import state as st
+from skulk.wire.accelerator import Accelerator
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.flight import FlightEntry, MlxMemory
 from skulk.wire.message import Message
@@ -36,7 +37,7 @@ ALL: tuple[type[Message], ...] = (
     # models and replicated state
     ModelCard,
     st.ShardMeta, st.Instance, st.RunnerStatus, st.ToolCall, st.ChatMessage, st.TaskParams, st.Task,
-    st.NodeInfo, st.DeletionNote, st.State,
+    Accelerator, st.NodeInfo, st.DeletionNote, st.State,
     *st.EVENT_TYPES,
     st.IndexedEvent, st.StateHead,
     # commands to the master and its replies

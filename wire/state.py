@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from skulk.wire.config_sync import ClusterConfig, ConfigChanged
+from skulk.wire.accelerator import Accelerator
 from skulk.wire.message import Message
 from skulk.wire.catalog import NodeCatalogUpdated
 from skulk.wire.models import ModelCard
@@ -145,6 +146,7 @@ class NodeInfo(Message):
     api_port: int = 0  # where this node's HTTP API listens on `addresses` (peer fan-out reads it)
     event_log_mode: str = ""  # "writing" | "counting" (the disk is full: events counted, not written)
     event_log_reason: str = ""  # why it is counting only
+    accelerator: Accelerator | None = None  # what its runners compute on (`wire/accelerator.py`)
 
 
 DELETED_BY_OPERATOR = "deleted by operator"

@@ -9,6 +9,7 @@ from typing import Any
 
 from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, array, enum, map_of, obj,
                                        tagged)
+from skulk.wire.accelerator import Accelerator
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadKind, DownloadProgress
 from skulk.wire.state import Instance, NodeInfo, RunnerStatus, State, Task
@@ -129,7 +130,8 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
                            for n, i in nodes.items()},
         "nodeDisk": {n: {"total": memory(i.disk_total), "available": memory(i.disk_available)}
                      for n, i in nodes.items()},
-        "nodeSystem": {},
+        "nodeSystem": {n: {"accelerator": accelerator_json(i.accelerator)} for n, i in nodes.items()
+                       if i.accelerator is not None},
         "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
         "masterNodeId": state.master_node_id,
         "restartingNodes": {n: iso(until) for n, until in state.restarting.items()},
@@ -139,6 +141,14 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
                                  "replacedBy": d.replaced_by or None}
                              for i, d in state.deleted.items()},
     }
+
+
+def accelerator_json(acc: Accelerator | None) -> dict[str, Any] | None:
+    """A node's accelerator: `{kind: cpu|cuda|metal, name, memory, count, backend, note}`."""
+    if acc is None:
+        return None
+    return {"kind": acc.kind, "name": acc.name, "memory": memory(acc.memory_bytes), "count": acc.count,
+            "backend": acc.backend, "note": acc.note or None}
 
 
 def model_entry(card: ModelCard) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.base import ServiceLoop
 from skulk.services.gossip.names import Clash, Named, judge
+from skulk.wire.accelerator import gather
 from skulk.services.gossip.peers import (PeerTable, announcement, first_gossip_of_node, parse_announcement,
                                          pick_address, quiet_period, view_complete)
 from skulk.supervisor.model_store import same_name
@@ -116,7 +117,7 @@ class Gossip:
                         ram_available=int(mem.available), when=time.time(),
                         addresses=self.addresses, disk_total=int(disk.total),
                         disk_available=int(disk.free), api_port=self.ns.api_port,
-                        event_log_mode=mode, event_log_reason=reason)
+                        event_log_mode=mode, event_log_reason=reason, accelerator=gather(int(mem.total)))
 
     def hello(self) -> None:
         msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,

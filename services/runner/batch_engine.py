@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, sampling
+from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, sampling, warmup
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.ring import Ring, load_model
@@ -83,13 +83,16 @@ class MlxBatchEngine:
             if self.cache_bytes > 0 else None
 
     def warmup(self) -> None:
-        """A few tokens through the batch path (every rank alike), then an empty cache."""
-        uid = self.next_uid()
-        self.insert([RankInsert(uid=uid, prompt=(0, 1, 2, 3), max_tokens=4, temperature=0.0,
-                                top_p=1.0, top_k=0, min_p=0.0, seed=0, cached=0)])
-        while self.active():
-            self.step()
+        """The step shapes serving forms (`warmup.py`), every rank alike, then an empty cache."""
+        import mlx.core as mx
+
+        gpu = mx.default_device() != mx.cpu
+        grammar = json_object_grammar() if gpu else ""
+        rounds = warmup.plan(self.max_batch, self.prefill_chunk, gpu)
+        took = warmup.run(rounds, self.insert, self.step, self.active, self.next_uid, self.vocab_size, grammar)
+        # (a GPU whose llguidance cannot make the grammar warms the constrained round unconstrained)
         self.trim_cache(0)
+        log.info("warm-up: %s in %.2fs", ", ".join(r.what for r in rounds), took)
 
     # ---- requests --------------------------------------------------------------------------
     def encode(self, params: TaskParams) -> list[int]:
@@ -211,3 +214,14 @@ class MlxBatchEngine:
         import mlx.core as mx
 
         return int(mx.get_peak_memory())
+
+
+def json_object_grammar() -> str:
+    """The grammar of `response_format: json_object`, for warming the constrained path ("" when
+    llguidance cannot make it: that path is then left cold, not the runner failed)."""
+    try:
+        from skulk.services.api.response_format import grammar_of
+
+        return grammar_of({"type": "json_object"})
+    except Exception:  # noqa: BLE001 - a warm-up aid, never a reason to fail a boot
+        return ""

@@ -14,6 +14,7 @@ from typing import Any
 
 from skulk.services.runner import llama_split
 from skulk.services.runner.deadline import GROUP_CONNECT_EXIT, Deadline
+from skulk.wire.accelerator import gather
 from skulk.wire.model_cards import LLAMA_LAYOUT
 
 
@@ -53,6 +54,22 @@ def connect_group(ring: Ring) -> Any:
                   "a peer rank is down, or its port is unreachable or taken: check the peers' "
                   "runner logs and firewalls", GROUP_CONNECT_EXIT):
         return mx.distributed.init(backend="ring", strict=True)
+
+
+def use_device() -> str:
+    """Point mlx at the device this node was set to use (`SKULK_ACCEL=cpu` keeps a GPU machine on
+    the CPU) and say which it is, for the runner's log."""
+    import mlx.core as mx
+
+    acc = gather()
+    if os.environ.get("SKULK_ACCEL", "").strip().lower() == "cpu":
+        mx.set_default_device(mx.cpu)
+    if mx.default_device() == mx.cpu:
+        return f"CPU ({acc.name})" + (f"; {acc.note}" if acc.note else "")
+    if acc.kind in ("cuda", "metal"):
+        return (f"{'CUDA' if acc.kind == 'cuda' else 'Metal'} ({acc.name}, {acc.memory_bytes / 2**30:.1f} GiB)"
+                + (f"; {acc.note}" if acc.note else ""))
+    return f"GPU ({mx.default_device()})"
 
 
 def load_model(model_dir: Path, ring: Ring | None) -> tuple[Any, Any, str]:

@@ -33,7 +33,7 @@ from skulk.services.runner.engine import Engine
 from skulk.services.runner.flight import Ident
 from skulk.services.runner.observe import Observer
 from skulk.services.runner.tracing import RankTraces
-from skulk.services.runner.ring import Ring
+from skulk.services.runner.ring import Ring, use_device
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
@@ -149,6 +149,8 @@ class Runner:
         if self.ring is not None:
             self.observer.enter("connect_group", f"{self.ring.sharding} over {len(self.ring.hosts)} hosts")
         self.observer.enter("load_model", self.ns.model_id)
+        if isinstance(self.engine, MlxBatchEngine) or self.embedder is not None:
+            log.info("device: %s", use_device())
         self.engine.load()
         log.info("loaded %s in %.2fs; engine path: %s; BLAS: %s; batch %d, queue %d", self.ns.model_id,
                  time.monotonic() - t0, self.engine.path,

@@ -141,6 +141,9 @@ def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):
         expect(card.get_by_test_id("node-health")).to_have_text("ok")
         expect(card).to_contain_text("Memory")
         expect(card).to_contain_text("Disk")
+        accelerator = http_json(f"{a.url}/state")[1]["nodeSystem"][http_json(f"{a.url}/node_id")[1]]["accelerator"]
+        expect(card.get_by_test_id("node-accelerator")).to_contain_text(
+            {"cpu": "CPU", "cuda": "CUDA", "metal": "Metal"}[accelerator["kind"]] + " · " + accelerator["name"])
     expect(page.get_by_test_id("no-instances")).to_be_visible()
     expect(page.get_by_test_id("health")).to_have_text("idle")
 

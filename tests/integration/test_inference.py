@@ -190,6 +190,12 @@ def test_state_and_instance_endpoints(serving):
     assert shard["startLayer"] == 0 and shard["endLayer"] == shard["nLayers"] == 4
     _, node_id = http_json(f"{serving.url}/node_id")
     assert ring["shardAssignments"]["nodeToRunner"] == {node_id: serving.runner_id}
+    acc = state["nodeSystem"][node_id]["accelerator"]  # what the node computes on, and its runner says
+    assert acc["kind"] in ("cpu", "cuda", "metal") and acc["name"] and acc["backend"].startswith("mlx-"), acc
+    diag = http_json(f"{serving.url}/v1/diagnostics/node")[1]
+    assert diag["identity"]["accelerator"] == acc
+    runner_log = (serving.home / "logs" / f"{serving.runner_id}.log").read_text()
+    assert f"device: {dict(cpu='CPU', cuda='CUDA', metal='Metal')[acc['kind']]} (" in runner_log
     assert node_id in state["nodeIdentities"] and node_id in state["nodeMemory"]
     assert http_json(f"{serving.url}/instance/{iid}")[1] == inst
     assert http_json(f"{serving.url}/instance/nope")[0] == 404

@@ -1,5 +1,5 @@
-// Nodes panel: every node of the cluster with its memory, disk and health. Reads `/state`
-// (nodeIdentities, nodeMemory, nodeDisk, nodeHealth, masterNodeId) and `/admin/clusters`
+// Nodes panel: every node of the cluster with its accelerator, memory, disk and health. Reads
+// `/state` (nodeIdentities, nodeSystem, nodeMemory, nodeDisk, nodeHealth, masterNodeId) and `/admin/clusters`
 // (each node's health and status, and the peers it could not reach).
 
 import {html} from './preact-htm.js';
@@ -34,6 +34,7 @@ export function nodeRows(state, cluster) {
       ramAvailable: bytesOf(c.ramAvailable) ?? bytesOf(mem.ramAvailable),
       diskTotal: bytesOf(c.diskTotal) ?? bytesOf(disk.total),
       diskAvailable: bytesOf(c.diskAvailable) ?? bytesOf(disk.available),
+      accelerator: ((st.nodeSystem || {})[id] || {}).accelerator || null,
       ...health,
     };
   });
@@ -49,6 +50,17 @@ function Meter({label, total, available}) {
   </div>`;
 }
 
+const KINDS = {cpu: 'CPU', cuda: 'CUDA', metal: 'Metal'};
+
+// "CUDA · NVIDIA H200 · 139.8 GB", "CPU · AMD EPYC", and the install's problem when there is one.
+export function acceleratorText(acc) {
+  if (!acc) return null;
+  const parts = [KINDS[acc.kind] || acc.kind, acc.count > 1 ? `${acc.count} x ${acc.name}` : acc.name];
+  const mem = bytesOf(acc.memory);
+  if (acc.kind !== 'cpu' && mem) parts.push(fmtBytes(mem));
+  return parts.filter(Boolean).join(' · ');
+}
+
 function NodeCard({node}) {
   return html`<article class="card node" data-testid="node" data-node-id=${node.id}>
     <header>
@@ -58,6 +70,8 @@ function NodeCard({node}) {
       ${node.status ? html`<span class=${`badge ${node.status}`} data-testid="node-status">${node.status}</span>` : null}
     </header>
     <div class="muted mono">${node.id}</div>
+    ${node.accelerator ? html`<div data-testid="node-accelerator">${acceleratorText(node.accelerator)}
+      ${node.accelerator.note ? html`<div class="error">${node.accelerator.note}</div>` : null}</div>` : null}
     <${Meter} label="Memory" total=${node.ramTotal} available=${node.ramAvailable} />
     <${Meter} label="Disk" total=${node.diskTotal} available=${node.diskAvailable} />
     ${node.reasons.length ? html`<ul class="reasons">${node.reasons.map((r) => html`

@@ -15,7 +15,8 @@ from skulk.services.api.resources.diagnostics_host import PROCESS, RESOURCES
 from skulk.services.api.resources.diagnostics_runners import (RUNNER, Alive, iso, memory, runner_warnings,
                                                               runners_json)
 from skulk.services.api.runner_view import RunnerSeen
-from skulk.services.api.schema import (BOOLEAN, INTEGER, STRING, Schema, array, nullable, obj)
+from skulk.services.api.schema import (BOOLEAN, INTEGER, STRING, Schema, array, enum, nullable, obj)
+from skulk.services.api.state_json import accelerator_json
 from skulk.wire.state import Instance, State
 
 
@@ -47,9 +48,12 @@ def identity_json(facts: NodeFacts, state: State | None) -> dict[str, Any] | Non
     me = state.nodes.get(facts.node_id) if state else None
     if me is None:
         return None
-    return {"modelId": platform.machine(), "chipId": platform.processor() or platform.machine(),
+    acc = me.accelerator
+    return {"modelId": platform.machine(), "chipId": (acc.name if acc and acc.kind != "cuda" else "")
+            or platform.processor() or platform.machine(),
             "friendlyName": me.friendly_name, "osVersion": f"{platform.system()} {platform.release()}",
-            "osBuildVersion": platform.version(), "skulkVersion": me.skulk_version, "skulkCommit": None}
+            "osBuildVersion": platform.version(), "skulkVersion": me.skulk_version, "skulkCommit": None,
+            "accelerator": accelerator_json(acc)}
 
 
 def gathered_memory(facts: NodeFacts, state: State | None) -> dict[str, Any] | None:
@@ -116,7 +120,9 @@ RUNTIME: Schema = obj({
     "structuredLoggingConfigured": BOOLEAN, "loggingIngestUrl": _N_STRING})
 IDENTITY: Schema = nullable(obj({
     "modelId": STRING, "chipId": STRING, "friendlyName": STRING, "osVersion": STRING, "osBuildVersion": STRING,
-    "skulkVersion": STRING, "skulkCommit": _N_STRING}))
+    "skulkVersion": STRING, "skulkCommit": _N_STRING},
+    {"accelerator": nullable(obj({"kind": enum("cpu", "cuda", "metal"), "name": STRING, "memory": obj({"inBytes": INTEGER}),
+                                  "count": INTEGER, "backend": STRING, "note": _N_STRING}))}))
 PLACEMENT: Schema = obj({
     "instanceId": STRING, "modelId": STRING, "masterNodeId": _N_STRING, "masterIsPlacementNode": BOOLEAN,
     "localNodeIsPlacementNode": BOOLEAN, "placementNodeIds": array(STRING),
