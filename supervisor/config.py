@@ -65,6 +65,7 @@ class NodeConfig:
     queue_max: int = 64
     prefill_chunk: int = 256
     prefix_cache_mb: int = 512
+    quantized: str = "auto"  # a quantized model on a GPU: auto (the faster of it and bf16) | keep | dequantize
     api_workers: int = 1
     api_threads: int = 128
     api_keepalive_s: float = 10.0
@@ -115,7 +116,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
                "group_connect_deadline_s": ("group_connect_deadline_s", float),
                "recreate_backoff_s": ("recreate_backoff_s", float),
                "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
-               "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int)},
+               "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int),
+               "quantized": ("quantized", str)},
     "tracing": {"retention_days": ("trace_retention_days", float), "enabled": ("tracing_enabled", bool)},
     "event_log": {"ring_mb": ("eventlog_ring_mb", float), "ring_keep": ("eventlog_ring_keep", int),
                   "archives_max": ("eventlog_archives", int), "archives_gb": ("eventlog_archives_gb", float),
@@ -308,6 +310,8 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("runner.max_batch must be in 1..1024 and runner.queue_max in 0..100000")
     if not 16 <= cfg.prefill_chunk <= 65536 or not 0 <= cfg.prefix_cache_mb <= 1 << 20:
         raise ConfigError("runner.prefill_chunk must be in 16..65536 and runner.prefix_cache_mb in 0..1048576")
+    if cfg.quantized not in ("auto", "keep", "dequantize"):
+        raise ConfigError(f"runner.quantized must be auto, keep or dequantize, not {cfg.quantized!r}")
     if cfg.api_workers < 1 or cfg.api_threads < 1:
         raise ConfigError("api workers and threads must be >= 1")
     if not 0 < cfg.api_max_body_mb <= 4096 or not 1 <= cfg.api_max_messages <= 1_000_000 \

@@ -43,8 +43,27 @@ def kv_bytes(n_layers: int, kv_heads: int | None, tokens: int = KV_TOKENS) -> in
     return 0 if not kv_heads else 2 * n_layers * tokens * kv_heads * 128 * 2
 
 
+GPU_FRACTION = 0.90
+"""Of a discrete GPU's memory, what runners may hold (upstream's usable VRAM)."""
+
+
+def on_gpu(node: NodeInfo) -> bool:
+    return node.accelerator is not None and node.accelerator.kind in ("cuda", "metal")
+
+
 def usable(node: NodeInfo) -> int:
+    """Memory a node's runners may hold: a CUDA GPU's own (90 %), else RAM (Metal's is unified)."""
+    acc = node.accelerator
+    if acc is not None and acc.kind == "cuda" and acc.memory_bytes:
+        return int(GPU_FRACTION * acc.memory_bytes)
     return int(min(node.ram_available, USABLE_FRACTION * node.ram_total))
+
+
+def held(card: ModelCard, node: NodeInfo) -> int:
+    """The weights a runner on `node` holds: on a GPU the checkpoint as stored (a quantized model
+    stays quantized unless its bf16 copy fits the GPU's free memory at load: `runner.quantized`),
+    on the CPU every parameter in fp32 (`ModelCard.memory_bytes`)."""
+    return card.storage_size_bytes if on_gpu(node) else card.memory_bytes
 
 
 def required(share: int, storage: int, kv: int) -> int:
@@ -64,25 +83,29 @@ def layer_split(n_layers: int, weights: list[int]) -> list[int]:
     return split
 
 
-def _shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> list[int]:
+def shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> list[int]:
+    """The weights each node of `ring` holds (Tensor: an even part; Pipeline: by room)."""
+    nodes = [state.nodes[n] for n in ring]
     if sharding == "Tensor":
-        return [card.memory_bytes // len(ring)] * len(ring)
-    room = [usable(state.nodes[n]) for n in ring]
+        return [held(card, node) // len(ring) for node in nodes]
+    room = [usable(node) for node in nodes]
     total = sum(room) or 1
-    return [int(card.memory_bytes * r / total) for r in room]
+    return [int(held(card, node) * r / total) for node, r in zip(nodes, room)]
 
 
 def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> str | None:
     kv = kv_bytes(card.n_layers, card.num_key_value_heads)
-    for node_id, share in zip(ring, _shares(card, ring, state, sharding)):
+    for node_id, share in zip(ring, shares(card, ring, state, sharding)):
         node = state.nodes[node_id]
-        need, can = required(share, card.memory_bytes, kv), usable(node)
+        whole = held(card, node)
+        need, can = required(share, whole, kv), usable(node)
         if need > can:
-            kv_share = kv * share / card.memory_bytes if card.memory_bytes else 0
+            kv_share = kv * share / whole if whole else 0
             return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "
                     f"needs ~{need / GIB:.1f}GB ({share / GIB:.1f}GB weights + {kv_share / GIB:.1f}GB "
                     f"KV@{KV_TOKENS}tok + runtime headroom) but can use {can / GIB:.1f}GB "
-                    "(min of available and 75% of RAM)")
+                    + ("(90% of its GPU's memory)" if on_gpu(node) and node.accelerator.kind == "cuda"  # type: ignore[union-attr]
+                       else "(min of available and 75% of RAM)"))
     return None
 
 
@@ -192,8 +215,8 @@ def _instance(state: State, card: ModelCard, ring: tuple[str, ...], sharding: st
         node_to_runner[node_id] = runner_id
         address = (state.nodes[node_id].addresses or ("127.0.0.1",))[0]
         hosts.append(f"{address}:{ring_port(instance_id, rank)}")
-    limit = min(context_limit(state.nodes[x], card.memory_bytes * (end_ - start_) // card.n_layers
-                              if sharding == "Pipeline" else card.memory_bytes // n,
+    limit = min(context_limit(state.nodes[x], held(card, state.nodes[x]) * (end_ - start_) // card.n_layers
+                              if sharding == "Pipeline" else held(card, state.nodes[x]) // n,
                               card.n_layers, card.num_key_value_heads, card.context_length)
                 for x, (start_, end_) in zip(ring, [(s.start_layer, s.end_layer) for s in runner_to_shard.values()]))
     return Instance(instance_id=instance_id, instance_meta="MlxRing", card=card,

@@ -68,6 +68,7 @@ class RunnerStatus(Message):
     node_id: str = ""
     exit_code: int | None = None  # RunnerFailed: the process's exit code where it ended (86: wedged)
     orderly: bool = False  # RunnerFailed: its own node stopped it on purpose (plan, shutdown, restart)
+    engine_path: str = ""  # from ready on: the device and dtype path it serves with
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

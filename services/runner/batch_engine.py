@@ -24,6 +24,7 @@ from typing import Any
 from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, sampling, warmup
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.prompt import template_inputs
+from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, load_model
 from skulk.services.runner.scheduler import prefill_share
 from skulk.wire.inference import RankInsert
@@ -40,8 +41,8 @@ UNBOUNDED = 1 << 62
 
 class MlxBatchEngine:
     def __init__(self, model_dir: Path, ring: Ring | None, max_batch: int, prefill_chunk: int,
-                 prefix_cache_bytes: int) -> None:
-        self.model_dir, self.ring = model_dir, ring
+                 prefix_cache_bytes: int, quant_mode: QuantMode = QuantMode.AUTO) -> None:
+        self.model_dir, self.ring, self.quant_mode = model_dir, ring, quant_mode
         self.max_batch, self.prefill_chunk = max_batch, prefill_chunk
         # Rank 0 bounds the cache in bytes; the other ranks follow its entry count.
         self.cache_bytes = prefix_cache_bytes if ring is None or ring.rank == 0 else UNBOUNDED
@@ -60,7 +61,7 @@ class MlxBatchEngine:
         from mlx_lm.generate import BatchGenerator
         from mlx_lm.models.cache import LRUPromptCache
 
-        self.model, self.tokenizer, self.path = load_model(self.model_dir, self.ring)
+        self.model, self.tokenizer, self.path = load_model(self.model_dir, self.ring, self.max_batch, self.quant_mode)
         model = self.model
         if cpu_ops.install():
             self.path += ", fast CPU attention, SwiGLU and RoPE"

@@ -14,6 +14,7 @@ from typing import Any
 
 from skulk.services.runner import llama_split
 from skulk.services.runner.deadline import GROUP_CONNECT_EXIT, Deadline
+from skulk.services.runner.quant_path import QuantMode
 from skulk.wire.accelerator import gather
 from skulk.wire.model_cards import LLAMA_LAYOUT
 
@@ -72,8 +73,10 @@ def use_device() -> str:
     return f"GPU ({mx.default_device()})"
 
 
-def load_model(model_dir: Path, ring: Ring | None) -> tuple[Any, Any, str]:
-    """(model, tokenizer, engine path) for this runner: the whole model, or its shard."""
+def load_model(model_dir: Path, ring: Ring | None, max_batch: int = 16,
+               quant_mode: QuantMode = QuantMode.AUTO) -> tuple[Any, Any, str]:
+    """(model, tokenizer, engine path) for this runner: the whole model, or its shard. A quantized
+    model on a GPU is served quantized or as a bf16 copy, whichever decodes faster (`gpu_load`)."""
     import mlx.core as mx
 
     if ring is not None and len(ring.hosts) > 1:
@@ -89,7 +92,13 @@ def load_model(model_dir: Path, ring: Ring | None) -> tuple[Any, Any, str]:
         model.set_dtype(mx.float32)
         path = "cpu fp32" + (" (dequantized)" if quantized(config) else "")
     else:
+        mx.eval(model.parameters())
         path = f"{mx.default_device()}"
+        if quantized(config):
+            from skulk.services.runner.gpu_load import pick
+
+            model, how = pick(model_dir, model, config, max_batch, quant_mode)
+            path += f" {how}"
     mx.eval(model.parameters())
     return model, tokenizer, path
 

@@ -33,6 +33,7 @@ from skulk.services.runner.engine import Engine
 from skulk.services.runner.flight import Ident
 from skulk.services.runner.observe import Observer
 from skulk.services.runner.tracing import RankTraces
+from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, use_device
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.errors import WireError
@@ -73,7 +74,7 @@ class Runner:
             engine = self.embedder.engine  # type: ignore[assignment]
         self.engine: Engine = engine or MlxBatchEngine(
             Path(ns.model_dir), self.ring, max_batch=ns.max_batch, prefill_chunk=ns.prefill_chunk,
-            prefix_cache_bytes=ns.prefix_cache_mb << 20)
+            prefix_cache_bytes=ns.prefix_cache_mb << 20, quant_mode=QuantMode(ns.quantized))
         traces = RankTraces(loop.rt.args.home, ns.node_id, "", ns.model_id, ns.rank)
         self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max), traces=traces)
         sharded = self.ring is not None
@@ -164,7 +165,7 @@ class Runner:
         if self.leader is not None:
             self.leader.wait_hellos(self.ns.group_connect_deadline)
         self.observer.enter("idle", "ready")
-        self.report(kind="RunnerReady", endpoint=self.endpoint)
+        self.report(kind="RunnerReady", endpoint=self.endpoint, engine_path=self.engine.path)
         log.info("runner %s ready on %s", self.ns.runner_id, self.endpoint)
 
     # ---- rank 0: requests and steps ---------------------------------------------------------
@@ -270,6 +271,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--queue-max", type=int, default=64)
     p.add_argument("--prefill-chunk", type=int, default=256)
     p.add_argument("--prefix-cache-mb", type=int, default=512)
+    p.add_argument("--quantized", choices=[m.value for m in QuantMode], default=QuantMode.AUTO.value)
     p.add_argument("--embedding", type=int, choices=(0, 1), default=0)  # the card's task: serve `Embed`
     return p.parse_args(argv)
 

@@ -159,3 +159,20 @@ def test_a_family_nobody_can_pipeline_runs_on_one_node_or_is_refused_by_name():
     assert not isinstance(got, PlacementError) and len(got.node_to_runner) == 1
     got = place(two, PlaceInstance(command_id="c", card=small, min_nodes=2), ids())
     assert isinstance(got, PlacementError) and "pipeline parallelism" in got.message
+
+
+def test_a_gpu_node_holds_the_checkpoint_as_stored_and_is_sized_by_its_own_memory():
+    """A 4-bit 8B checkpoint: 4.5 GB on a GPU (kept quantized unless bf16 fits at load), 32 GB
+    in fp32 on a CPU node; a CUDA node may fill 90 % of its GPU, whatever its RAM."""
+    from skulk.wire.accelerator import Accelerator
+    from skulk.wire.placement import held, shares, usable
+
+    card = replace(CARD, storage_size_bytes=int(4.5 * GIB), runtime_bytes=32 * GIB)
+    state = cluster(("gpu", 16, 8), ("cpu", 64, 60))
+    gpu = replace(state.nodes["gpu"], accelerator=Accelerator(kind="cuda", name="NVIDIA H100", memory_bytes=80 * GIB))
+    state = replace(state, nodes={**state.nodes, "gpu": gpu})
+    assert held(card, state.nodes["gpu"]) == int(4.5 * GIB) and held(card, state.nodes["cpu"]) == 32 * GIB
+    assert usable(state.nodes["gpu"]) == int(0.9 * 80 * GIB)
+    assert shares(card, ("gpu", "cpu"), state, "Tensor") == [int(2.25 * GIB), 16 * GIB]
+    got = place(state, PlaceInstance(command_id="c", card=card, excluded_nodes=("cpu",)), ids())
+    assert not isinstance(got, PlacementError) and list(got.node_to_runner) == ["gpu"]  # 8 GB of RAM: fits its GPU
