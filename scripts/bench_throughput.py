@@ -2,7 +2,8 @@
 
     python -m skulk.scripts.bench_throughput [--sizes 100m|tiny|smollm2] [--model-dir DIR ...]
         [--concurrency 1,2,4,8,16] [--tokens 128] [--repeats 1] [--prompt-tokens 128]
-        [--skulk-config skulk.yaml] [--no-baseline] [--no-skulk] [--baseline-as-stored]
+        [--skulk-config skulk.yaml] [--max-batch 64] [--prefill-chunk 2048] [--no-baseline]
+        [--no-skulk] [--baseline-as-stored]
 
 Builds the models named by --sizes (`bench_models.py`) unless --model-dir names MLX model
 directories (`<org>--<name>`). For each model it starts `mlx_lm.server` (the baseline, with the
@@ -15,11 +16,10 @@ the stream's `usage.completion_tokens`; per level: aggregate tok/s = all complet
 (content chunks where no usage came) / (last client end - first client start). A client whose
 text is withheld to the end (both servers hold back undecodable bytes; the demo models' random
 weights often emit them) has no TTFT to see: TTFT percentiles leave it out and count it.
-Levels alternate between the servers (baseline C, Skulk C, ...) so machine drift hits both; if
-an idle server uses CPU, they run one after the other instead, each alone, and the output says
-so. Medians over --repeats. Also: single-stream in-process `mlx_lm.stream_generate` (fresh
-process, OpenBLAS, fp32) vs Skulk's C=1 decode rate (client-side, first to last content chunk).
-It prints figures and targets; it asserts none.
+Levels alternate between the servers so machine drift hits both (if an idle server uses CPU,
+they run one after the other, each alone, and the output says so). Medians over --repeats. Also:
+single-stream in-process `mlx_lm.stream_generate` vs Skulk's C=1 decode rate (client-side, first
+to last content chunk). It prints figures and targets; it asserts none. GPUs: docs/operations.md.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import psutil
 
-from skulk.scripts.bench_models import baseline_dir, build
+from skulk.scripts.bench_models import baseline_dir, build, node_config
 from skulk.scripts.ports import free_port
 
 WORDS = ("time data model river stone light cloud green quick paper music table window garden "
@@ -377,6 +377,8 @@ def main() -> int:
     for flag, default in (("--tokens", 128), ("--repeats", 1), ("--prompt-tokens", 128)):
         p.add_argument(flag, type=int, default=default)
     p.add_argument("--skulk-config", type=Path, help="skulk.yaml copied into the node's home")
+    p.add_argument("--max-batch", type=int, help="the node's runner.max_batch (a GPU: 32 or 64)")
+    p.add_argument("--prefill-chunk", type=int, help="the node's runner.prefill_chunk (a GPU: 2048)")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--no-skulk", action="store_true")
     p.add_argument("--baseline-as-stored", action="store_true", help="the baseline runs a quantized model "
@@ -384,6 +386,7 @@ def main() -> int:
     ns = p.parse_args()
     levels = list(dict.fromkeys(int(c) for c in ns.concurrency.split(",") if c.strip()))
     root = Path(tempfile.mkdtemp(prefix="skulk-bench-tp-"))
+    ns.skulk_config = node_config(ns.skulk_config, root, ns.max_batch, ns.prefill_chunk)
     try:
         if ns.model_dir:
             dirs = [d.resolve() for d in ns.model_dir]

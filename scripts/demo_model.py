@@ -35,7 +35,14 @@ SIZES = {"tiny": ARCH,
          # ~101M parameters (404 MB fp32): the benchmarks' "~100M model", same tokenizer.
          "100m": {**ARCH, "hidden_size": 768, "num_hidden_layers": 16, "intermediate_size": 2048,
                   "num_attention_heads": 12, "num_key_value_heads": 4,
-                  "max_position_embeddings": 4096}}
+                  "max_position_embeddings": 4096},
+         # Llama-3-8B's shape (7.0B parameters, 14 GB in bf16) for GPU benchmarks: built on the
+         # device, never in the suite.
+         "8b": {**ARCH, "hidden_size": 4096, "num_hidden_layers": 32, "intermediate_size": 14336,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
+                "rope_theta": 500000.0, "tie_word_embeddings": False}}
+DTYPES = {"8b": "bfloat16"}
+"""Stored dtype per size (float32 where not named)."""
 VOCAB_TARGET = 1024
 EMBED_ID = "skulk/demo-embed"
 EMBED_ARCH = {**ARCH, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
@@ -125,10 +132,10 @@ def build(models_dir: Path, seed: int = 0, force: bool = False, size: str = "tin
         tokenizer = json.loads((work / "tokenizer.json").read_text())["added_tokens"]
         eos = next(t["id"] for t in tokenizer if t["content"] == "<|im_end|>")
         config = {"model_type": "qwen2", "architectures": ["Qwen2Model" if embedding else "Qwen2ForCausalLM"],
-                  "vocab_size": vocab, "torch_dtype": "float32", "eos_token_id": eos, **arch}
+                  "vocab_size": vocab, "torch_dtype": DTYPES.get(size, "float32"), "eos_token_id": eos, **arch}
         mx.random.seed(seed)
         model = qwen2.Model(qwen2.ModelArgs.from_dict(config))
-        model.set_dtype(mx.float32)
+        model.set_dtype(getattr(mx, DTYPES.get(size, "float32")))
         mx.eval(model.parameters())
         save_model(work, model)
         (work / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
