@@ -21,6 +21,23 @@ from pathlib import Path
 SIZES = ("tiny", "100m", "smollm2", "8b", "8b-4bit")
 QUANTIZE = ("import sys; from mlx_lm import convert; "
             "convert(sys.argv[1], mlx_path=sys.argv[2], quantize=True, q_bits=4, q_group_size=64)")
+STREAM_GENERATE = r"""
+import json, sys, time
+from skulk.services.runner.blas import preload_blas; preload_blas()
+import mlx.core as mx; from mlx_lm import load, stream_generate; from mlx_lm.sample_utils import make_sampler
+model_dir, n, runs, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+model, tok = load(model_dir)
+if mx.default_device() == mx.cpu:
+    model.set_dtype(mx.float32)  # as Skulk's CPU runner (a GPU runs what is stored)
+ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+rates = []
+for _ in range(runs + 1):  # the first run warms up
+    stamps = [time.perf_counter() for _ in stream_generate(model, tok, ids, max_tokens=n,
+                                                           sampler=make_sampler(temp=0.0))]
+    rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
+print(json.dumps(rates[1:]))
+"""
+"""In-process mlx-lm decode rate of one stream, the single-stream baseline (a fresh process)."""
 DEQUANTIZE = ("import sys; from mlx_lm import convert; "
               "convert(sys.argv[1], mlx_path=sys.argv[2], dequantize=sys.argv[3] == '1', dtype=sys.argv[4])")
 

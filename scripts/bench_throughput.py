@@ -45,7 +45,7 @@ from pathlib import Path
 
 import psutil
 
-from skulk.scripts.bench_models import baseline_dir, build, node_config
+from skulk.scripts.bench_models import STREAM_GENERATE, baseline_dir, build, node_config
 from skulk.scripts.ports import free_port
 
 WORDS = ("time data model river stone light cloud green quick paper music table window garden "
@@ -55,21 +55,6 @@ WORDS = ("time data model river stone light cloud green quick paper music table 
          "ambiguity temptation guess should one only first unless dutch although").split()
 SERVER_CODE = ("from skulk.services.runner.blas import preload_blas; preload_blas(); import sys; "
                "sys.argv=['mlx_lm.server']+sys.argv[1:]; from mlx_lm.server import main; main()")
-STREAM_GENERATE = r"""
-import json, sys, time
-from skulk.services.runner.blas import preload_blas; preload_blas()
-import mlx.core as mx; from mlx_lm import load, stream_generate; from mlx_lm.sample_utils import make_sampler
-model_dir, n, runs, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-model, tok = load(model_dir)
-model.set_dtype(mx.float32)
-ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
-rates = []
-for _ in range(runs + 1):  # the first run warms up
-    stamps = [time.perf_counter() for _ in stream_generate(model, tok, ids, max_tokens=n,
-                                                           sampler=make_sampler(temp=0.0))]
-    rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
-print(json.dumps(rates[1:]))
-"""
 READ_TIMEOUT_S = 600.0
 IDLE_CPU_LIMIT = 5.0  # percent of one core an idle server may use and still run alongside
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -26,31 +26,41 @@ class ChildClock:
     last_beat: float | None = None
     step_deadline_s: float = 0.0  # 0: this child's steps get no grace (every role but runners)
     step_since: float | None = None  # when the long step it reported began (supervisor's clock)
+    step_beat: float | None = None  # when its watch thread last said so
     step: str = ""  # what that step is, for the log line that kills it
 
     def ready(self, now: float) -> ChildClock:
-        return replace(self, ready_at=now, last_beat=now, step_since=None, step="")
+        return replace(self, ready_at=now, last_beat=now, step_since=None, step_beat=None, step="")
 
     def beat(self, now: float) -> ChildClock:
         """A beat from the loop: whatever step it reported has returned."""
-        return replace(self, last_beat=now, step_since=None, step="")
+        return replace(self, last_beat=now, step_since=None, step_beat=None, step="")
 
     def in_step(self, now: float, age_s: float, step: str) -> ChildClock:
         """The child's watch thread: its loop has been inside `step` for `age_s` seconds. The
-        last loop beat stays what it was: only the step's own deadline is added."""
+        last loop beat stays what it was: only the step's own deadline is added. A report of a
+        step that began before the loop's last beat is late (it came on another socket): the
+        step has returned, so it is ignored."""
         if self.ready_at is None or self.step_deadline_s <= 0 or age_s < 0:
             return self
-        return replace(self, step_since=now - age_s, step=step)
+        began = now - age_s
+        if self.last_beat is not None and began < self.last_beat:
+            return self
+        return replace(self, step_since=began if self.step_since is None else min(self.step_since, began),
+                       step_beat=now, step=step)
 
     def deadline(self) -> float:
         """The moment this child becomes overdue if nothing arrives before then."""
         if self.ready_at is None:
             return self.started_at + self.ready_timeout_s
         last = self.last_beat if self.last_beat is not None else self.ready_at
-        missed = last + self.heartbeat_s * self.liveness
-        if self.step_since is None:
+        window = self.heartbeat_s * self.liveness
+        missed = last + window
+        if self.step_since is None or self.step_beat is None:
             return missed
-        return max(missed, self.step_since + self.step_deadline_s)
+        # inside a step: until its deadline, while the watch thread keeps saying so (a frozen
+        # process says nothing: it is judged by the missed beats of its watch thread, too)
+        return max(missed, min(self.step_since + self.step_deadline_s, self.step_beat + window))
 
 
 def forgive(clock: ChildClock, now: float) -> ChildClock:
@@ -68,7 +78,10 @@ def verdict(clock: ChildClock, now: float) -> Verdict | None:
         return None
     if clock.ready_at is None:
         return "ready_timeout"
-    return "step_deadline" if clock.step_since is not None else "heartbeat_missed"
+    if clock.step_since is not None and clock.step_beat is not None \
+            and now >= clock.step_since + clock.step_deadline_s:
+        return "step_deadline"
+    return "heartbeat_missed"
 
 
 def boot_backoff_s(consecutive_boot_failures: int, *, base_s: float = 1.0, cap_s: float = 30.0) -> float:

@@ -47,6 +47,10 @@ GPU_FRACTION = 0.90
 """Of a discrete GPU's memory, what runners may hold (upstream's usable VRAM)."""
 
 
+def device_of(node: NodeInfo) -> str:
+    return node.accelerator.kind if node.accelerator is not None else "cpu"
+
+
 def on_gpu(node: NodeInfo) -> bool:
     return node.accelerator is not None and node.accelerator.kind in ("cuda", "metal")
 
@@ -57,6 +61,33 @@ def usable(node: NodeInfo) -> int:
     if acc is not None and acc.kind == "cuda" and acc.memory_bytes:
         return int(GPU_FRACTION * acc.memory_bytes)
     return int(min(node.ram_available, USABLE_FRACTION * node.ram_total))
+
+
+def capacity(node: NodeInfo) -> int:
+    """All a node's runners may hold, placed or not (a CUDA GPU's 90 %; 75 % of RAM)."""
+    acc = node.accelerator
+    if acc is not None and acc.kind == "cuda" and acc.memory_bytes:
+        return int(GPU_FRACTION * acc.memory_bytes)
+    return int(USABLE_FRACTION * node.ram_total)
+
+
+def room(state: State, node_id: str) -> int:
+    """What a new runner on `node_id` may still hold. RAM is read live (`ram_available` already
+    counts loaded runners); a CUDA GPU's memory is reported once, so the instances placed on it
+    are taken off here."""
+    node = state.nodes[node_id]
+    acc = node.accelerator
+    if acc is None or acc.kind != "cuda" or not acc.memory_bytes:
+        return usable(node)
+    placed = 0
+    for inst in state.instances.values():
+        runner = inst.node_to_runner.get(node_id)
+        if runner is None or runner not in inst.runner_to_shard:
+            continue
+        shard, whole = inst.runner_to_shard[runner], held(inst.card, node)
+        placed += (whole * (shard.end_layer - shard.start_layer) // max(1, shard.n_layers)
+                   if shard.kind == "Pipeline" else whole // max(1, shard.world_size))
+    return max(0, usable(node) - placed)
 
 
 def held(card: ModelCard, node: NodeInfo) -> int:
@@ -88,9 +119,9 @@ def shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) 
     nodes = [state.nodes[n] for n in ring]
     if sharding == "Tensor":
         return [held(card, node) // len(ring) for node in nodes]
-    room = [usable(node) for node in nodes]
-    total = sum(room) or 1
-    return [int(held(card, node) * r / total) for node, r in zip(nodes, room)]
+    rooms = [room(state, n) for n in ring]
+    total = sum(rooms) or 1
+    return [int(held(card, node) * r / total) for node, r in zip(nodes, rooms)]
 
 
 def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> str | None:
@@ -98,7 +129,7 @@ def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str)
     for node_id, share in zip(ring, shares(card, ring, state, sharding)):
         node = state.nodes[node_id]
         whole = held(card, node)
-        need, can = required(share, whole, kv), usable(node)
+        need, can = required(share, whole, kv), room(state, node_id)
         if need > can:
             kv_share = kv * share / whole if whole else 0
             return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "
@@ -154,6 +185,13 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
         return PlacementError(400, f"All cycles of at least {cmd.min_nodes} node(s) touch an excluded "
                                    f"node ({len(excluded)} node(s) excluded). Check the excluded_nodes "
                                    "list — node IDs change when a cluster session restarts.")
+    alike = [r for r in rings if len({device_of(state.nodes[n]) for n in r}) == 1]
+    if not alike:  # ranks on different devices run different dtypes and warm-ups: they cannot agree
+        kinds = ", ".join(sorted(f"{device_of(state.nodes[n])} on {state.nodes[n].friendly_name}"
+                                 for n in {n for r in rings for n in r}))
+        return PlacementError(400, f"No cycle of at least {cmd.min_nodes} node(s) computes on one kind of "
+                                   f"device ({kinds}): the ranks of an instance must all use the same one")
+    rings = alike
     misfits, fitting = [], []
     for ring in rings:
         why = _misfit(card, ring, state, cmd.sharding)
@@ -187,7 +225,7 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
     # A node draining before an in-place restart gets a new instance only when every ring of this
     # width needs it (its runner then starts when the node is back).
     steady = [r for r in candidates if not state.restarting.keys() & set(r)]
-    ring = max(steady or candidates, key=lambda r: (sum(usable(state.nodes[n]) for n in r), r))
+    ring = max(steady or candidates, key=lambda r: (sum(room(state, n) for n in r), r))
     if len(ring) == 1:
         sharding = "Pipeline"  # width 1 is always Pipeline
     if sharding == "Pipeline" and card.n_layers < len(ring):
@@ -200,7 +238,7 @@ def _instance(state: State, card: ModelCard, ring: tuple[str, ...], sharding: st
               new_id: Callable[[], str]) -> Instance:
     instance_id = new_id()
     n = len(ring)
-    split = (layer_split(card.n_layers, [usable(state.nodes[x]) for x in ring])
+    split = (layer_split(card.n_layers, [room(state, x) for x in ring])
              if sharding == "Pipeline" else [card.n_layers] * n)
     runner_to_shard, node_to_runner, hosts = {}, {}, []
     for rank, node_id in enumerate(ring):
@@ -228,6 +266,6 @@ def context_limit(node: NodeInfo, weights: int, n_layers: int, kv_heads: int | N
                   card_context: int) -> int:
     """Tokens of KV cache that fit next to this node's weights, capped by the model's context."""
     per_token = kv_bytes(n_layers, kv_heads, 1)
-    room = USABLE_FRACTION * node.ram_total - weights * OVERHEAD - HEADROOM
-    fit = int(room / per_token) if per_token else card_context
+    free = capacity(node) - weights * OVERHEAD - HEADROOM
+    fit = int(free / per_token) if per_token else card_context
     return max(0, min(fit, card_context)) if card_context else max(0, fit)

@@ -46,10 +46,15 @@ def _node_of(payload: bytes) -> str:
         return ""
 
 
+SCAN_FILES = 2
+"""Files read at start for the last recorded state event (the active one and the newest archive):
+a start never reads every archive."""
+
+
 def recorded_position(directory: Path) -> tuple[str, int]:
     """(session, index) of the last state event in the newest file holding one: where this
     role left off before it was restarted (("", -1): nothing recorded)."""
-    for path in reversed(log_files(directory)):
+    for path in list(reversed(log_files(directory)))[:SCAN_FILES]:
         last = None
         for _when, topic, payload in iter_records(path):
             if topic.startswith(STATE_EVENTS):

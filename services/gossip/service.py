@@ -337,6 +337,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     p.add_argument("--version", default="0")
     p.add_argument("--api-port", type=int, default=0)  # advertised so peers can fan out to this node's API
     ns = p.parse_args(argv)
+    gather(int(psutil.virtual_memory().total))  # before ready: nvidia-smi (up to 5 s) never inside a beat
     gossip = Gossip(loop, ns)
     loop.add_reader(gossip.router, gossip.on_frame)
     loop.every(HELLO_INTERVAL_S, gossip.hello, first_in=0.0)

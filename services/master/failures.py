@@ -18,7 +18,7 @@ from skulk.wire.state import RunnerStatus, State
 NOT_RETRIED = frozenset({exitcodes.WEDGED})
 """A warmup overrun: the device is likely wedged, a new runner would only wedge again. A ring
 that did not form (exit 87) is re-created instead: new instance id, new ring ports."""
-ENDED = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed"})
+ENDED = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed", "step_deadline"})
 
 
 def process_ended(msg: ChildLifecycle, node_id: str) -> RunnerStatus | None:

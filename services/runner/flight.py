@@ -137,20 +137,18 @@ class StallWatch:
                  beat: Callable[[str, float], None] | None = None, sharded: bool = True) -> None:
         self.recorder, self.publish, self.beat, self.sharded = recorder, publish, beat, sharded
         self.stall_after_s, self.every_s = stall_after_s, every_s
-        self._began = 0.0  # monotonic start of the running step (0: none)
-        self._prefill = False
-        self._seq = 0
+        self._step: tuple[float, int, bool] | None = None  # (monotonic start, seq, prefill): one read
         self._noted = 0.0
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
         self._thread.start()
 
     def begin(self, seq: int, prefill: bool) -> None:
-        self._seq, self._prefill, self._noted = seq, prefill, 0.0
-        self._began = time.monotonic()
+        self._noted = 0.0
+        self._step = (time.monotonic(), seq, prefill)
 
     def end(self) -> None:
-        self._began = 0.0
+        self._step = None
 
     def stop(self) -> None:
         self._wake.set()
@@ -158,25 +156,26 @@ class StallWatch:
 
     def _run(self) -> None:
         while not self._wake.wait(0.5):
-            began = self._began
-            if not began:
+            step = self._step  # one read: a step that begins meanwhile is seen whole next time
+            if step is None:
                 continue
+            began, seq, prefill = step
             now = time.monotonic()
             waited = now - began
             if waited < self.stall_after_s:
                 continue
-            kind = "prefill" if self._prefill else "decode"
+            kind = "prefill" if prefill else "decode"
             if self.beat is not None:
-                self.beat(f"{kind} step {self._seq}", waited)
+                self.beat(f"{kind} step {seq}", waited)
             if now - self._noted < self.every_s:
                 continue
             self._noted = now
             if self.sharded:
-                entry = self.recorder.note("waiting_on_ranks", f"step {self._seq} has not returned for {waited:.1f} s",
-                                           attrs={"step": self._seq, "waitedS": round(waited, 1)},
+                entry = self.recorder.note("waiting_on_ranks", f"step {seq} has not returned for {waited:.1f} s",
+                                           attrs={"step": seq, "waitedS": round(waited, 1)},
                                            phase=f"{kind}_barrier")
             else:
-                entry = self.recorder.note("long_step", f"{kind} step {self._seq} has run for {waited:.1f} s",
-                                           attrs={"step": self._seq, "waitedS": round(waited, 1)},
+                entry = self.recorder.note("long_step", f"{kind} step {seq} has run for {waited:.1f} s",
+                                           attrs={"step": seq, "waitedS": round(waited, 1)},
                                            phase=f"{kind}_stream")
             self.publish(entry)

@@ -33,6 +33,13 @@ def head_split(n_heads: int, n_kv_heads: int, size: int, rank: int) -> tuple[sli
     return (slice(start * per_group, (start + kv[rank]) * per_group), slice(start, start + kv[rank]))
 
 
+def divides(layer: Any, size: int) -> bool:
+    """Whether mlx-lm's own `shard` can split this block over `size` ranks (even heads and MLP)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    width = mlp.gate_proj.weight.shape[0]
+    return not (attn.n_heads % size or attn.n_kv_heads % size or width % size)
+
+
 def pipeline(model: Any, group: Any, split: list[int]) -> None:
     """Keep this rank's layers of `model` (a `LlamaModel`), wired to its neighbours."""
     import mlx.core as mx

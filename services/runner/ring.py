@@ -113,17 +113,19 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     model, config = mlx_load_model(model_dir, lazy=True, strict=False)
     tokenizer = load_tokenizer(model_dir, {"trust_remote_code": True},
                                eos_token_ids=config.get("eos_token_id"))
-    dequantized = mx.default_device() == mx.cpu and quantized(config)
+    layer = model.model.layers[0] if config.get("model_type") in LLAMA_LAYOUT else None
+    own_tensor = ring.sharding == "Tensor" and layer is not None and not llama_split.divides(layer, group.size())
+    # Plain Linear layers before the split: as one node does on the CPU (fp32), and on any device
+    # where the runner's own tensor split slices weights (it cannot slice packed quantized ones).
+    dequantized = quantized(config) and (mx.default_device() == mx.cpu or own_tensor)
     if dequantized:
         from mlx_lm.utils import dequantize_model
 
-        # As one node does (fp32 on the CPU), and before the split: the layers are then plain
-        # Linear ones that `shard` and `pipeline` know; nothing is computed until the shard's eval.
-        model = dequantize_model(model)
-    args = model.model.layers[0].self_attn if config.get("model_type") in LLAMA_LAYOUT else None
-    if ring.sharding == "Tensor" and args is not None and (args.n_heads % group.size() or
-                                                          args.n_kv_heads % group.size()):
-        llama_split.tensor(model.model, group)  # mlx-lm's shard needs the heads to divide
+        model = dequantize_model(model)  # lazy: nothing is computed until the shard's eval
+        if mx.default_device() != mx.cpu:
+            model.set_dtype(mx.bfloat16)
+    if own_tensor:
+        llama_split.tensor(model.model, group)  # mlx-lm's shard needs the heads and MLP to divide
     elif ring.sharding == "Tensor":
         model.shard(group)
     elif hasattr(model.model, "pipeline"):

@@ -176,3 +176,25 @@ def test_a_gpu_node_holds_the_checkpoint_as_stored_and_is_sized_by_its_own_memor
     assert shares(card, ("gpu", "cpu"), state, "Tensor") == [int(2.25 * GIB), 16 * GIB]
     got = place(state, PlaceInstance(command_id="c", card=card, excluded_nodes=("cpu",)), ids())
     assert not isinstance(got, PlacementError) and list(got.node_to_runner) == ["gpu"]  # 8 GB of RAM: fits its GPU
+
+
+def test_a_cuda_gpu_counts_what_is_already_placed_on_it_and_rings_never_mix_devices():
+    from skulk.wire.accelerator import Accelerator
+    from skulk.wire.placement import room
+
+    card = replace(CARD, storage_size_bytes=30 * GIB, runtime_bytes=120 * GIB)
+    state = cluster(("g1", 256, 250), ("g2", 256, 250))
+    gpu = Accelerator(kind="cuda", name="NVIDIA H100", memory_bytes=80 * GIB)
+    state = replace(state, nodes={n: replace(i, accelerator=gpu) for n, i in state.nodes.items()})
+    first = place(state, PlaceInstance(command_id="c", card=card), ids())
+    assert not isinstance(first, PlacementError) and len(first.node_to_runner) == 1
+    (where,) = first.node_to_runner
+    state = replace(state, instances={first.instance_id: first})
+    assert room(state, where) == int(0.9 * 80 * GIB) - 30 * GIB  # the GPU's memory is read once
+    second = place(state, PlaceInstance(command_id="c", card=replace(card, model_id="o/m2")), ids())
+    assert not isinstance(second, PlacementError) and list(second.node_to_runner) != [where]
+
+    mixed = replace(state, instances={}, nodes={**state.nodes, "g2": replace(state.nodes["g2"], accelerator=None)})
+    got = place(mixed, PlaceInstance(command_id="c", card=card, min_nodes=2), ids())
+    assert isinstance(got, PlacementError) and "computes on one kind of device (cpu on mac-g2, cuda on mac-g1)" \
+        in got.message, got

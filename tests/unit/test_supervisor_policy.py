@@ -88,10 +88,17 @@ def test_a_long_step_is_judged_by_its_step_deadline_not_by_missed_beats():
     clock = ChildClock(0.0, 5.0, 1.0, 10, step_deadline_s=300.0).ready(1.0).beat(10.0)
     assert verdict(clock, 20.0) == "heartbeat_missed"  # said nothing: the usual 10 beats
     in_step = clock.in_step(15.0, 5.0, "prefill step 0")  # the step began at 10.0
-    assert verdict(in_step, 20.0) is None and verdict(in_step, 309.9) is None
-    assert verdict(in_step.in_step(300.0, 290.0, "prefill step 0"), 310.0) == "step_deadline"  # fixed start
-    assert in_step.step == "prefill step 0"
+    assert in_step.step == "prefill step 0" and verdict(in_step, 20.0) is None
+    assert verdict(in_step, 25.0) == "heartbeat_missed"  # its watch thread went quiet too (frozen)
+    t, still = 15.0, in_step
+    while t < 305.0:  # the watch thread keeps telling, every 2 s
+        t += 2.0
+        still = still.in_step(t, t - 10.0, "prefill step 0")
+        assert verdict(still, t + 1.0) is None or t + 1.0 >= 310.0
+    assert verdict(still, 310.0) == "step_deadline"  # the step's start is fixed: killed at its deadline
     assert verdict(in_step.beat(50.0), 60.1) == "heartbeat_missed"  # the step returned: beats again
+    late = in_step.beat(50.0).in_step(51.0, 40.0, "prefill step 0")  # a report from before that beat
+    assert late.step_since is None
 
 
 def test_children_without_a_step_deadline_get_no_grace():

@@ -52,6 +52,8 @@ class ModelAddResource:
                 raise http_error(400, f"Failed to add model: {path} is neither a .gguf file nor a model directory")
         except FetchError as exc:
             raise http_error(STATUS[exc.reason], f"Failed to add model: {exc}") from None
+        except OSError as exc:  # the source unreadable (permissions), the destination unwritable
+            raise http_error(400, f"Failed to add model: {path}: {exc.strerror or exc}") from None
         resp.media = model_entry(card_from_dir(result.directory))
 
 
