@@ -25,19 +25,20 @@ class BenchNode:
         self.url = f"http://127.0.0.1:{self.api}"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def launch(self, namespace: str, peer: BenchNode | None, named: bool = False) -> None:
+    def launch(self, namespace: str, peer: BenchNode | None, named: bool = False,
+               extra: tuple[str, ...] = ()) -> None:
         """Start the node and return at once (`start` waits until every role is ready)."""
         args = [sys.executable, "-m", "skulk.scripts.cli", "run", "--home", str(self.home),
                 "--api-port", str(self.api), "--cluster-port", str(self.cluster),
                 "--listen", "127.0.0.1", "--namespace", namespace,
-                *(("--node-name", self.home.name) if named else ())]
+                *(("--node-name", self.home.name) if named else ()), *extra]
         if peer is not None:
             args += ["--bootstrap-peers", f"127.0.0.1:{peer.cluster}"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
 
-    def start(self, namespace: str, peer: BenchNode | None) -> None:
-        self.launch(namespace, peer)
+    def start(self, namespace: str, peer: BenchNode | None, extra: tuple[str, ...] = ()) -> None:
+        self.launch(namespace, peer, extra=extra)
         subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "admin", "wait", "--home",
                         str(self.home), "--wait", "60"], check=True, stdout=subprocess.DEVNULL)
 

@@ -34,6 +34,7 @@ APPLIED_AT_START: dict[str, str] = {
     "api": "gunicorn's workers and threads, the stream timings and limits are set at start; the API "
            "reads its keys (`api.keys`) from the file when it starts",
     "runner": "runners get their slice as arguments; running ones keep theirs",
+    "speculative": "runners get the speculative mode as arguments; running ones keep theirs",
     "tracing": "the janitor gets its retention as an argument at start; `enabled` is the cluster's "
                "initial tracing state, read at start (`PUT /v1/tracing` switches it live)",
     "logging": "every process gets its log settings as arguments at start",

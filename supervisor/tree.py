@@ -99,7 +99,9 @@ def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> Superviso
                              "--group-connect-deadline", repr(cfg.group_connect_deadline_s),
                              "--max-batch", str(cfg.max_batch), "--queue-max", str(cfg.queue_max),
                              "--prefill-chunk", str(cfg.prefill_chunk),
-                             "--prefix-cache-mb", str(cfg.prefix_cache_mb), "--quantized", cfg.quantized, *logs),
+                             "--prefix-cache-mb", str(cfg.prefix_cache_mb), "--quantized", cfg.quantized,
+                             "--spec-mode", cfg.spec_mode, "--spec-draft-tokens", str(cfg.spec_draft_tokens),
+                             "--spec-max-streams", str(cfg.spec_max_streams), *logs),
                        # never restarted here: the leader deletes a failed runner's instance
                        # (stopping its other ranks) and re-creates it with back-off
                        restart="temporary", shutdown_s=min(cfg.shutdown_s, RUNNER_SHUTDOWN_S),

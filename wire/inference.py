@@ -116,6 +116,8 @@ class Done(Message):
     peak_memory_bytes: int
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache (not prefilled)
     stop_string: str = ""  # the client's stop string that ended it ("" for EOS or length)
+    accepted_prediction_tokens: int = 0  # speculation: drafts the model kept ...
+    rejected_prediction_tokens: int = 0  # ... and threw away (never sent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,13 +12,14 @@ from skulk.wire.state import ToolCall
 DONE = b"data: [DONE]\n\n"
 
 
-def usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+def usage(prompt: int, completion: int, cached: int = 0, accepted: int = 0, rejected: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; `accepted`/`rejected`: speculative drafts the model kept / threw away."""
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                          "accepted_prediction_tokens": 0,
-                                          "rejected_prediction_tokens": 0}}
+                                          "accepted_prediction_tokens": accepted,
+                                          "rejected_prediction_tokens": rejected}}
 
 
 def token_logprob(chunk: TokenChunk) -> dict[str, Any] | None:
@@ -76,7 +77,8 @@ def completion(command_id: str, model: str, created: int, chunks: list[TokenChun
 
 
 def done_usage(done: Done) -> dict[str, Any]:
-    return usage(done.prompt_tokens, done.completion_tokens, done.cached_tokens)
+    return usage(done.prompt_tokens, done.completion_tokens, done.cached_tokens,
+                 done.accepted_prediction_tokens, done.rejected_prediction_tokens)
 
 
 def stream_error(message: str, status: int = 500) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, sampling, warmup
+from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, sampling, speculate, warmup
+from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.quant_path import QuantMode
@@ -41,8 +42,12 @@ UNBOUNDED = 1 << 62
 
 class MlxBatchEngine:
     def __init__(self, model_dir: Path, ring: Ring | None, max_batch: int, prefill_chunk: int,
-                 prefix_cache_bytes: int, quant_mode: QuantMode = QuantMode.AUTO) -> None:
+                 prefix_cache_bytes: int, quant_mode: QuantMode = QuantMode.AUTO,
+                 spec: SpecSettings = SpecSettings()) -> None:
         self.model_dir, self.ring, self.quant_mode = model_dir, ring, quant_mode
+        # sharded instances do not speculate (every rank would have to agree on each proposal)
+        self.spec = spec if ring is None else SpecSettings()
+        self.greedy: set[int] = set()  # rows that may speculate: greedy, no grammar
         self.max_batch, self.prefill_chunk = max_batch, prefill_chunk
         # Rank 0 bounds the cache in bytes; the other ranks follow its entry count.
         self.cache_bytes = prefix_cache_bytes if ring is None or ring.rank == 0 else UNBOUNDED
@@ -134,6 +139,7 @@ class MlxBatchEngine:
                                          for i in inserts],
                                logits_processors=[self._processors(i.grammar) for i in inserts])
         self.joined += len(inserts)
+        self.greedy |= {i.uid for i in inserts if i.temperature == 0.0 and not i.grammar}
         if list(uids) != [i.uid for i in inserts]:
             raise RuntimeError(f"batch uids {uids} differ from the plan's {[i.uid for i in inserts]}")
         return cached
@@ -166,9 +172,18 @@ class MlxBatchEngine:
     def remove(self, uids: Sequence[int]) -> None:
         if uids:
             self.gen.remove(list(uids))
+            self.greedy -= set(uids)
 
     def step(self) -> StepOutput:
         gen = self.gen
+        if self.spec.mode is not SpecMode.OFF and (spec := speculate.step(gen, self.spec, self.greedy)) is not None:
+            for e in spec:
+                if e.finish is not None:
+                    self.greedy.discard(e.uid)
+                    if self.prefix is not None and e.prompt_cache is not None:
+                        self.prefix.insert_cache(CACHE_KEY, list(e.all_tokens or ()), e.prompt_cache)
+            return StepOutput([], [TokenOut(e.uid, e.token, e.logprobs, e.finish, e.accepted, e.rejected)
+                                   for e in spec])
         prefilling = len(gen._prompt_batch) + min(len(gen._unprocessed_sequences), self.max_batch)  # noqa: SLF001
         gen.prefill_step_size = prefill_share(self.prefill_chunk, prefilling, self.joined)
         self.joined = 0
@@ -177,6 +192,8 @@ class MlxBatchEngine:
         tokens = []
         for r in generation_responses:
             tokens.append(TokenOut(r.uid, int(r.token), r.logprobs, r.finish_reason))
+            if r.finish_reason is not None:
+                self.greedy.discard(r.uid)
             if r.finish_reason is not None and self.prefix is not None and r.prompt_cache is not None:
                 self.prefix.insert_cache(CACHE_KEY, list(r.all_tokens), r.prompt_cache)
         return StepOutput(prompts, tokens)

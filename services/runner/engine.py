@@ -35,6 +35,8 @@ class TokenOut:
     token: int
     logprobs: Any  # the full-vocabulary log-probabilities (engine-specific array)
     finish: str | None
+    accepted: int = 0  # speculation: drafts the target kept / threw away in the step that gave
+    rejected: int = 0  # this token (on the first token of that step only)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from skulk.services.runner.observe import Observer
 from skulk.services.runner.tracing import RankTraces
 from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, use_device
+from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
@@ -74,7 +75,8 @@ class Runner:
             engine = self.embedder.engine  # type: ignore[assignment]
         self.engine: Engine = engine or MlxBatchEngine(
             Path(ns.model_dir), self.ring, max_batch=ns.max_batch, prefill_chunk=ns.prefill_chunk,
-            prefix_cache_bytes=ns.prefix_cache_mb << 20, quant_mode=QuantMode(ns.quantized))
+            prefix_cache_bytes=ns.prefix_cache_mb << 20, quant_mode=QuantMode(ns.quantized),
+            spec=SpecSettings(SpecMode(ns.spec_mode), ns.spec_draft_tokens, ns.spec_max_streams))
         traces = RankTraces(loop.rt.args.home, ns.node_id, "", ns.model_id, ns.rank)
         self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max), traces=traces)
         sharded = self.ring is not None
@@ -272,6 +274,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prefill-chunk", type=int, default=256)
     p.add_argument("--prefix-cache-mb", type=int, default=512)
     p.add_argument("--quantized", choices=[m.value for m in QuantMode], default=QuantMode.AUTO.value)
+    p.add_argument("--spec-mode", choices=[m.value for m in SpecMode], default=SpecMode.OFF.value)
+    p.add_argument("--spec-draft-tokens", type=int, default=4)
+    p.add_argument("--spec-max-streams", type=int, default=1)
     p.add_argument("--embedding", type=int, choices=(0, 1), default=0)  # the card's task: serve `Embed`
     return p.parse_args(argv)
 

@@ -39,6 +39,8 @@ class Session:
     cached: int = 0
     seq: int = 0
     completion_tokens: int = 0
+    accepted: int = 0  # speculative drafts the model kept
+    rejected: int = 0  # ... and threw away
     done: bool = False
     stops: StopMatcher = field(init=False)
     detok: Any = None
@@ -69,6 +71,8 @@ class Session:
             self.prefilled_at = self.prefilled_at or now
         self.last_token_at = now
         self.completion_tokens += 1
+        self.accepted += out.accepted
+        self.rejected += out.rejected
         eos = out.finish == "stop"
         if not eos:
             self.detok.add_token(out.token)
@@ -148,4 +152,5 @@ class Session:
                     prompt_tps=prefilled / prefill_s if prefill_s > 0 else 0.0,
                     generation_tps=(self.completion_tokens - 1) / decode_s if decode_s > 0 else 0.0,
                     peak_memory_bytes=engine.peak_memory(), cached_tokens=self.cached,
-                    stop_string=self.stops.hit)
+                    stop_string=self.stops.hit, accepted_prediction_tokens=self.accepted,
+                    rejected_prediction_tokens=self.rejected)

@@ -273,3 +273,46 @@ def test_legacy_completions_of_a_raw_prompt_are_mlx_lms(real_node, real_model):
         assert reply["choices"][0]["text"] == ref["text"], (prompt, ref["text"], reply["choices"][0]["text"])
         assert reply["usage"]["completion_tokens"] == len(ref["tokens"])
         print(f"{prompt!r} -> {ref['text']!r}")
+
+
+COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
+        "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
+
+
+@pytest.fixture(scope="module")
+def spec_node(module_nodes, real_model):
+    """A node that speculates by prompt lookup (the plain `real_node` is the control)."""
+    node = module_nodes("spec", config={"speculative": {"mode": "prompt_lookup", "num_draft_tokens": 4}},
+                        args=("--place", REAL), models={REAL_DIR: real_model})
+    wait_model_ready(node, timeout=180)
+    return node
+
+
+def test_prompt_lookup_speculation_changes_no_greedy_token(spec_node, real_node, reference):
+    """Alone, with a second stream joining (the batch leaves speculation and comes back), with
+    `max_tokens` and a stop string: the same tokens as without; a copying answer accepts drafts."""
+    for prompt, ref in zip(PROMPTS, reference):
+        status, reply = bc.complete(spec_node.url, ask(prompt))
+        assert status == 200 and reply["choices"][0]["message"]["content"] == ref["text"], (prompt, reply)
+        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
+        assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
+    copy = {**ask(COPY), "max_tokens": 60}
+    status, plain = bc.complete(real_node.url, copy)
+    assert status == 200
+    status, spec = bc.complete(spec_node.url, copy)
+    assert status == 200 and spec["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert bc.compare(bc.tokens_of(plain), bc.tokens_of(spec), LOGPROB_TOL) == ""
+    details = spec["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] > 0, details
+    assert plain["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+    print(f"copy answer: {spec['usage']['completion_tokens']} tokens, drafts accepted "
+          f"{details['accepted_prediction_tokens']}, rejected {details['rejected_prediction_tokens']}")
+
+    together = bc.all_at_once(spec_node.url, [copy, ask(PROMPTS[1])])
+    assert [r["choices"][0]["message"]["content"] for _, r in together] == \
+        [plain["choices"][0]["message"]["content"], reference[1]["text"]]
+    for extra in ({"max_tokens": 9}, {"stop": ["plums"]}):
+        got = [bc.complete(node.url, {**copy, **extra})[1] for node in (real_node, spec_node)]
+        assert got[0]["choices"][0]["message"]["content"] == got[1]["choices"][0]["message"]["content"], extra
+        assert got[0]["choices"][0]["finish_reason"] == got[1]["choices"][0]["finish_reason"], extra
+        assert got[0]["usage"]["completion_tokens"] == got[1]["usage"]["completion_tokens"], extra

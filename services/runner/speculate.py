@@ -1,0 +1,132 @@
+"""Speculative decoding by prompt lookup, for a lone greedy stream in the batching runner.
+
+While the batch holds at most `max_streams` (1) streams, all decoding and greedy with no logits
+processor, a step proposes up to `k` tokens from n-grams of the request's own prompt and output
+(`propose`: the longest recent n-gram seen before, and what followed it), runs the target model
+once over the current token and the drafts, and keeps the drafts the target's own greedy choice
+agrees with (`accepted`), plus the target's next token: up to k+1 tokens for one forward. The
+rejected drafts are trimmed from the KV cache, so the cache, the tokens and the answer are the
+ones plain decoding gives. Any other batch (a second stream joins, a prompt is prefilling, a
+sampled or constrained row) takes mlx-lm's plain batched step, and a stream moves between the
+two between steps with nothing to hand over (it is the same cache).
+
+It drives mlx-lm's `GenerationBatch` directly (its cache, its next token, its stop matcher),
+as `GenerationBatch.next` does for one token. `propose` and `accepted` are pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+NGRAM_MAX = 3
+NGRAM_MIN = 2
+LOOKBACK = 4096
+"""Tokens of context searched for the n-gram (the newest): a step's proposal stays cheap."""
+
+
+class SpecMode(StrEnum):
+    OFF = "off"
+    PROMPT_LOOKUP = "prompt_lookup"
+    DRAFTER = "drafter"
+
+
+@dataclass(frozen=True, slots=True)
+class SpecSettings:
+    mode: SpecMode = SpecMode.OFF
+    num_draft_tokens: int = 4
+    max_streams: int = 1
+
+
+def propose(context: Sequence[int], k: int, ngram_max: int = NGRAM_MAX, ngram_min: int = NGRAM_MIN) -> list[int]:
+    """Up to `k` tokens that followed the latest earlier occurrence of the context's longest
+    suffix n-gram (longest first); [] when no suffix of at least `ngram_min` recurs."""
+    window = list(context[-LOOKBACK:])
+    size = len(window)
+    for n in range(min(ngram_max, size - 1), ngram_min - 1, -1):
+        tail = window[size - n:]
+        for start in range(size - n - 1, -1, -1):  # the newest earlier occurrence
+            if window[start:start + n] == tail:
+                follow = window[start + n:start + n + k]
+                if follow:
+                    return follow
+    return []
+
+
+def accepted(drafts: Sequence[int], choices: Sequence[int]) -> int:
+    """How many leading drafts the target chose itself (`choices[i]`: its greedy token after the
+    current token and drafts[:i])."""
+    n = 0
+    for draft, choice in zip(drafts, choices):
+        if draft != choice:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """One token a speculative step gives a stream (the first of a step carries its counts)."""
+
+    uid: int
+    token: int
+    logprobs: Any
+    finish: str | None
+    prompt_cache: Any = None
+    all_tokens: list[int] | None = None
+    accepted: int = 0
+    rejected: int = 0
+
+
+def step(gen: Any, settings: SpecSettings, greedy: set[int]) -> list[Emitted] | None:
+    """One speculative step on `gen` (an mlx-lm BatchGenerator), or None where it does not apply
+    (the caller then takes the plain step)."""
+    import mlx.core as mx
+
+    if settings.mode is not SpecMode.PROMPT_LOOKUP or gen._unprocessed_sequences or len(gen._prompt_batch):  # noqa: SLF001
+        return None
+    gb = gen._generation_batch  # noqa: SLF001
+    if not 0 < len(gb) <= settings.max_streams or len(gb) != 1 or gb._next_tokens is None:  # noqa: SLF001
+        return None
+    uid = gb.uids[0]
+    if uid not in greedy or (gb.logits_processors and gb.logits_processors[0]):
+        return None
+    y = int(gb._next_tokens[0].item())  # noqa: SLF001 - sampled by the last step, not yet fed in
+    y_logprobs = gb._next_logprobs[0]  # noqa: SLF001
+    room = gb.max_tokens[0] - gb._num_tokens[0] - 1  # noqa: SLF001 - tokens after y it may still emit
+    drafts = propose([*gb.tokens[0], y], min(settings.num_draft_tokens, room))
+    if not drafts:
+        return None
+    logits = gb.model(mx.array([[y, *drafts]]), cache=gb.prompt_cache)[0]
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    choices = mx.argmax(logprobs, axis=-1).tolist()
+    a = accepted(drafts, choices)
+    tokens, lps = [y, *drafts[:a]], [y_logprobs, *(logprobs[i] for i in range(a))]
+    out: list[Emitted] = []
+    for j, (tok, lp) in enumerate(zip(tokens, lps)):
+        gb._num_tokens[0] += 1  # noqa: SLF001
+        finish = "length" if gb._num_tokens[0] >= gb.max_tokens[0] else None  # noqa: SLF001
+        if gb._matchers[0].advance(tok):  # noqa: SLF001
+            finish = "stop"
+        counts = {"accepted": a, "rejected": len(drafts) - a} if j == 0 else {}
+        if finish is None:
+            out.append(Emitted(uid, tok, lp, None, **counts))
+            continue
+        _trim(gb.prompt_cache, len(drafts) - j)  # the cache ends at this token
+        gb.tokens[0].extend(tokens[:j + 1])
+        out.append(Emitted(uid, tok, lp, finish, gb.extract_cache(0), gb.tokens[0], **counts))
+        gb.filter([])
+        return out
+    _trim(gb.prompt_cache, len(drafts) - a)
+    gb.tokens[0].extend(tokens)
+    gb._next_tokens = mx.array([choices[a]])  # noqa: SLF001 - the target's own next token
+    gb._next_logprobs = [logprobs[a]]  # noqa: SLF001
+    return out
+
+
+def _trim(cache: list[Any], n: int) -> None:
+    if n > 0:
+        for c in cache:
+            c.trim(n)

@@ -1,0 +1,20 @@
+"""Prompt-lookup proposals and the greedy acceptance count (pure)."""
+
+from __future__ import annotations
+
+from skulk.services.runner.speculate import accepted, propose
+
+
+def test_the_longest_recent_ngram_proposes_what_followed_it():
+    context = [1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 2, 3, 4]
+    assert propose(context, 3) == [7, 8, 2]  # "2 3 4" last seen before at 6..8: then 7, 8, 2
+    assert propose(context, 1) == [7]
+    assert propose([5, 6, 7, 8], 4) == []  # nothing recurs
+    assert propose([1, 2, 1], 4) == [] and propose([1, 2, 1], 4, ngram_min=1) == [2, 1]  # 1-grams: off
+    assert propose([], 4) == [] and propose([3], 4) == []
+
+
+def test_only_the_leading_agreeing_drafts_are_accepted():
+    assert accepted([5, 6, 7], [5, 6, 7, 8]) == 3
+    assert accepted([5, 6, 7], [5, 9, 7, 8]) == 1
+    assert accepted([5], [4, 1]) == 0 and accepted([], [4]) == 0
