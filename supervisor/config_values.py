@@ -14,7 +14,8 @@ class ConfigError(ValueError):
 
 def typed(value: Any, kind: type, where: str) -> Any:
     """`value` as `kind` (an int is a float too; a list may be a comma-separated string);
-    anything else is a `ConfigError` naming `where`. A bool is never a number."""
+    anything else is a `ConfigError` naming `where`. A bool is never a number; where a string is
+    wanted it is "on" or "off" (`mode: off`)."""
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -27,6 +28,8 @@ def typed(value: Any, kind: type, where: str) -> Any:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise ConfigError(f"{where}: expected a list of strings")
+    if kind is str and isinstance(value, bool):  # YAML 1.1 reads a bare off/on (no/yes) as a bool
+        return "on" if value else "off"
     if isinstance(value, bool) or not isinstance(value, kind):
         raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
     return value

@@ -54,6 +54,9 @@ REQUESTS = Counter("skulk_requests", "Generation requests by client shape and ho
                    ("api", "outcome", "reason"))
 GENERATED_TOKENS = Counter("skulk_generated_tokens", "Tokens generated for clients (usage's completion "
                            "tokens when a request completes, the tokens streamed otherwise)", ("api", "model"))
+SPEC_DRAFTS = Counter("skulk_speculative_draft_tokens", "Speculative drafts the model verified for clients' "
+                      "requests, by whether it kept them (`accepted`) or threw them away (`rejected`)",
+                      ("api", "model", "verdict"))
 TTFT = Histogram("skulk_time_to_first_token_seconds", "From the request reaching the API to its first token "
                  "leaving the API (routing, queueing and prefill included)", ("api", "model"),
                  buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0))

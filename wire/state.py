@@ -69,6 +69,7 @@ class RunnerStatus(Message):
     exit_code: int | None = None  # RunnerFailed: the process's exit code where it ended (86: wedged)
     orderly: bool = False  # RunnerFailed: its own node stopped it on purpose (plan, shutdown, restart)
     engine_path: str = ""  # from ready on: the device and dtype path it serves with
+    speculation: str = ""  # from ready on: its speculative decoding ("prompt_lookup x4"), or why none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

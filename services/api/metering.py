@@ -90,6 +90,9 @@ class StreamMeter:
         tokens = outcome.completion_tokens if isinstance(outcome, Done) else self.tokens
         if tokens:
             metrics.GENERATED_TOKENS.labels(self.api, self.model).inc(tokens)
+        if isinstance(outcome, Done) and (outcome.accepted_prediction_tokens or outcome.rejected_prediction_tokens):
+            metrics.SPEC_DRAFTS.labels(self.api, self.model, "accepted").inc(outcome.accepted_prediction_tokens)
+            metrics.SPEC_DRAFTS.labels(self.api, self.model, "rejected").inc(outcome.rejected_prediction_tokens)
         self._end(*outcome_of(outcome))
 
     def _end(self, outcome: Outcome, reason: str) -> None:

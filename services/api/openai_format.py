@@ -51,7 +51,9 @@ def stream_chunk(command_id: str, model: str, created: int, content: str | None,
 def generation_stats(done: Done) -> dict[str, Any]:
     return {"prompt_tps": done.prompt_tps, "generation_tps": done.generation_tps,
             "prompt_tokens": done.prompt_tokens, "generation_tokens": done.completion_tokens,
-            "peak_memory_usage": {"inBytes": done.peak_memory_bytes}}
+            "peak_memory_usage": {"inBytes": done.peak_memory_bytes},
+            "accepted_prediction_tokens": done.accepted_prediction_tokens,
+            "rejected_prediction_tokens": done.rejected_prediction_tokens}
 
 
 def tool_calls_json(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:

@@ -49,7 +49,7 @@ def runner_json(status: RunnerStatus) -> dict[str, Any]:
     if status.kind == "RunnerFailed":
         return {"RunnerFailed": {"errorMessage": status.error_message}}
     if status.engine_path:  # ours: the device and dtype path it serves with (e.g. the quantized choice)
-        return {status.kind: {"enginePath": status.engine_path}}
+        return {status.kind: {"enginePath": status.engine_path, "speculation": status.speculation or None}}
     return {status.kind: {}}
 
 

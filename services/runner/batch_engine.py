@@ -47,7 +47,10 @@ class MlxBatchEngine:
         self.model_dir, self.ring, self.quant_mode = model_dir, ring, quant_mode
         # sharded instances do not speculate (every rank would have to agree on each proposal)
         self.spec = spec if ring is None else SpecSettings()
-        self.greedy: set[int] = set()  # rows that may speculate: greedy, no grammar
+        self.speculation = ("" if spec.mode is SpecMode.OFF else
+                            f"{spec.mode.value} x{spec.num_draft_tokens}, up to {spec.max_streams} stream"
+                            if ring is None else f"off: a sharded instance does not speculate ({spec.mode.value} asked)")
+        self.spec_rows: dict[int, bool] = {}  # rows that may speculate (no grammar): uid -> greedy
         self.max_batch, self.prefill_chunk = max_batch, prefill_chunk
         # Rank 0 bounds the cache in bytes; the other ranks follow its entry count.
         self.cache_bytes = prefix_cache_bytes if ring is None or ring.rank == 0 else UNBOUNDED
@@ -139,7 +142,7 @@ class MlxBatchEngine:
                                          for i in inserts],
                                logits_processors=[self._processors(i.grammar) for i in inserts])
         self.joined += len(inserts)
-        self.greedy |= {i.uid for i in inserts if i.temperature == 0.0 and not i.grammar}
+        self.spec_rows.update({i.uid: i.temperature <= 0.0 for i in inserts if not i.grammar})
         if list(uids) != [i.uid for i in inserts]:
             raise RuntimeError(f"batch uids {uids} differ from the plan's {[i.uid for i in inserts]}")
         return cached
@@ -172,14 +175,15 @@ class MlxBatchEngine:
     def remove(self, uids: Sequence[int]) -> None:
         if uids:
             self.gen.remove(list(uids))
-            self.greedy -= set(uids)
+            for uid in uids:
+                self.spec_rows.pop(uid, None)
 
     def step(self) -> StepOutput:
         gen = self.gen
-        if self.spec.mode is not SpecMode.OFF and (spec := speculate.step(gen, self.spec, self.greedy)) is not None:
+        if self.spec.mode is not SpecMode.OFF and (spec := speculate.step(gen, self.spec, self.spec_rows)) is not None:
             for e in spec:
                 if e.finish is not None:
-                    self.greedy.discard(e.uid)
+                    self.spec_rows.pop(e.uid, None)
                     if self.prefix is not None and e.prompt_cache is not None:
                         self.prefix.insert_cache(CACHE_KEY, list(e.all_tokens or ()), e.prompt_cache)
             return StepOutput([], [TokenOut(e.uid, e.token, e.logprobs, e.finish, e.accepted, e.rejected)
@@ -193,7 +197,7 @@ class MlxBatchEngine:
         for r in generation_responses:
             tokens.append(TokenOut(r.uid, int(r.token), r.logprobs, r.finish_reason))
             if r.finish_reason is not None:
-                self.greedy.discard(r.uid)
+                self.spec_rows.pop(r.uid, None)
             if r.finish_reason is not None and self.prefix is not None and r.prompt_cache is not None:
                 self.prefix.insert_cache(CACHE_KEY, list(r.all_tokens), r.prompt_cache)
         return StepOutput(prompts, tokens)

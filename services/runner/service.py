@@ -167,7 +167,8 @@ class Runner:
         if self.leader is not None:
             self.leader.wait_hellos(self.ns.group_connect_deadline)
         self.observer.enter("idle", "ready")
-        self.report(kind="RunnerReady", endpoint=self.endpoint, engine_path=self.engine.path)
+        self.report(kind="RunnerReady", endpoint=self.endpoint, engine_path=self.engine.path,
+                    speculation=str(getattr(self.engine, "speculation", "")))
         log.info("runner %s ready on %s", self.ns.runner_id, self.endpoint)
 
     # ---- rank 0: requests and steps ---------------------------------------------------------

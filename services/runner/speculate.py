@@ -1,13 +1,16 @@
 """Speculative decoding by prompt lookup, for a lone greedy stream in the batching runner.
 
-While the batch holds at most `max_streams` (1) streams, all decoding and greedy with no logits
-processor, a step proposes up to `k` tokens from n-grams of the request's own prompt and output
+While the batch holds at most `max_streams` (1) streams, all decoding with no logits processor,
+a step proposes up to `k` tokens from n-grams of the request's own prompt and output
 (`propose`: the longest recent n-gram seen before, and what followed it), runs the target model
-once over the current token and the drafts, and keeps the drafts the target's own greedy choice
-agrees with (`accepted`), plus the target's next token: up to k+1 tokens for one forward. The
+once over the current token and the drafts, and keeps the drafts the target's own choice agrees
+with (`accepted`: its greedy token, or for a sampled row a draw of its own seeded sampler at
+each position, mlx-lm's speculative rule), plus the target's next token: up to k+1 tokens for
+one forward. The
 rejected drafts are trimmed from the KV cache, so the cache, the tokens and the answer are the
-ones plain decoding gives. Any other batch (a second stream joins, a prompt is prefilling, a
-sampled or constrained row) takes mlx-lm's plain batched step, and a stream moves between the
+ones plain decoding gives (greedy: the same tokens; sampled: the target's distribution, and a
+seeded request repeats). Any other batch (a second stream joins, a prompt is prefilling, a
+constrained row) takes mlx-lm's plain batched step, and a stream moves between the
 two between steps with nothing to hand over (it is the same cache).
 
 It drives mlx-lm's `GenerationBatch` directly (its cache, its next token, its stop matcher),
@@ -80,9 +83,10 @@ class Emitted:
     rejected: int = 0
 
 
-def step(gen: Any, settings: SpecSettings, greedy: set[int]) -> list[Emitted] | None:
+def step(gen: Any, settings: SpecSettings, rows: dict[int, bool]) -> list[Emitted] | None:
     """One speculative step on `gen` (an mlx-lm BatchGenerator), or None where it does not apply
-    (the caller then takes the plain step)."""
+    (the caller then takes the plain step). `rows`: the uids that may speculate (no grammar),
+    True where greedy."""
     import mlx.core as mx
 
     if settings.mode is not SpecMode.PROMPT_LOOKUP or gen._unprocessed_sequences or len(gen._prompt_batch):  # noqa: SLF001
@@ -91,7 +95,7 @@ def step(gen: Any, settings: SpecSettings, greedy: set[int]) -> list[Emitted] | 
     if not 0 < len(gb) <= settings.max_streams or len(gb) != 1 or gb._next_tokens is None:  # noqa: SLF001
         return None
     uid = gb.uids[0]
-    if uid not in greedy or (gb.logits_processors and gb.logits_processors[0]):
+    if uid not in rows or (gb.logits_processors and gb.logits_processors[0]):
         return None
     y = int(gb._next_tokens[0].item())  # noqa: SLF001 - sampled by the last step, not yet fed in
     y_logprobs = gb._next_logprobs[0]  # noqa: SLF001
@@ -101,7 +105,12 @@ def step(gen: Any, settings: SpecSettings, greedy: set[int]) -> list[Emitted] | 
         return None
     logits = gb.model(mx.array([[y, *drafts]]), cache=gb.prompt_cache)[0]
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    choices = mx.argmax(logprobs, axis=-1).tolist()
+    if rows[uid]:
+        choices = mx.argmax(logprobs, axis=-1).tolist()
+    else:  # mlx-lm's rule: the row's own sampler draws at every position, a draft stays while it
+        # equals the draw, so each kept token is a draw from the target given the ones before it
+        sampler = gb.samplers[0]
+        choices = [int(sampler(logprobs[i:i + 1]).item()) for i in range(len(drafts) + 1)]
     a = accepted(drafts, choices)
     tokens, lps = [y, *drafts[:a]], [y_logprobs, *(logprobs[i] for i in range(a))]
     out: list[Emitted] = []

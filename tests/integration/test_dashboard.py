@@ -270,7 +270,8 @@ def test_a_frozen_rank_shows_as_stuck_in_the_timeline(nodes, demo_model, browser
 LOGIC = """async () => {
   const {splitFrames, parseFrame, streamChat} = await import('/dashboard/sse.js');
   const {stuckReason} = await import('/dashboard/timeline.js');
-  const {statusLabel} = await import('/dashboard/instances.js');
+  const {statusLabel, instanceViews} = await import('/dashboard/instances.js');
+  const {acceleratorText} = await import('/dashboard/nodes.js');
   const {bytesOf, fmtBytes} = await import('/dashboard/format.js');
   const split = splitFrames(': command_id c1\\n\\ndata: {"a": 1}\\r\\n\\r\\ndata: [DO');
   let refused = null;
@@ -291,6 +292,12 @@ LOGIC = """async () => {
              ['RunnerWarmingUp', 'RunnerReady'], ['RunnerReady', 'RunnerReady']].map(statusLabel),
     bytes: [bytesOf({inBytes: 5}), bytesOf(7), bytesOf(null), fmtBytes(3 * 1024 ** 3), fmtBytes(512 * 1024 ** 2)],
     refused,
+    spec: instanceViews({instances: {i1: {MlxRingInstance: {shardAssignments: {modelId: 'm', nodeToRunner: {n1: 'r1'},
+             runnerToShard: {r1: {PipelineShardMetadata: {deviceRank: 0, startLayer: 0, endLayer: 4}}}}}}},
+             runners: {r1: {RunnerReady: {enginePath: 'cpu fp32', speculation: 'prompt_lookup x4, up to 1 stream'}}}},
+             []).map((v) => [v.speculation, v.enginePath]),
+    accelerators: [acceleratorText({kind: 'cuda', name: 'NVIDIA H200', memory: {inBytes: 140 * 1024 ** 3}, count: 2}),
+                   acceleratorText({kind: 'cpu', name: 'AMD EPYC', memory: {inBytes: 0}, count: 1})],
   };
 }"""
 
@@ -308,5 +315,7 @@ def test_the_pages_logic_in_the_browser(nodes, browser):
     assert got["stuck"] == [None, "no entry for 9 s in decode_stream", "waiting in decode_barrier for 7 s", None, None]
     assert got["labels"] == ["Pending", "Running", "Loading", "Failed", "Warming Up", "Ready"]
     assert got["bytes"] == [5, 7, None, "3.0 GiB", "512 MiB"]
+    assert got["spec"] == [["prompt_lookup x4, up to 1 stream", "cpu fp32"]]
+    assert got["accelerators"] == ["CUDA · 2 x NVIDIA H200 · 140 GiB", "CPU · AMD EPYC"], got["accelerators"]
     assert got["refused"] == {"what": "POST /v1/chat/completions", "status": 404, "type": "Not Found",
                               "message": "No instance found for model nobody/nothing"}, got["refused"]

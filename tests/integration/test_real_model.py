@@ -291,6 +291,9 @@ def spec_node(module_nodes, real_model):
 def test_prompt_lookup_speculation_changes_no_greedy_token(spec_node, real_node, reference):
     """Alone, with a second stream joining (the batch leaves speculation and comes back), with
     `max_tokens` and a stop string: the same tokens as without; a copying answer accepts drafts."""
+    runners = http_json(f"{spec_node.url}/state")[1]["runners"]
+    assert [r["RunnerReady"]["speculation"] for r in runners.values() if "RunnerReady" in r] == \
+        ["prompt_lookup x4, up to 1 stream"], runners
     for prompt, ref in zip(PROMPTS, reference):
         status, reply = bc.complete(spec_node.url, ask(prompt))
         assert status == 200 and reply["choices"][0]["message"]["content"] == ref["text"], (prompt, reply)
@@ -305,6 +308,14 @@ def test_prompt_lookup_speculation_changes_no_greedy_token(spec_node, real_node,
     details = spec["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] > 0, details
     assert plain["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+    stats = http_json(f"{spec_node.url}/bench/chat/completions", copy)[1]["generation_stats"]
+    assert stats["accepted_prediction_tokens"] == details["accepted_prediction_tokens"], stats
+    import urllib.request
+    with urllib.request.urlopen(f"{spec_node.url}/metrics", timeout=30) as resp:
+        metrics = resp.read().decode()
+    kept = [ln for ln in metrics.splitlines() if ln.startswith("skulk_speculative_draft_tokens_total")
+            and 'verdict="accepted"' in ln]
+    assert kept and float(kept[0].rsplit(" ", 1)[1]) >= details["accepted_prediction_tokens"], kept
     print(f"copy answer: {spec['usage']['completion_tokens']} tokens, drafts accepted "
           f"{details['accepted_prediction_tokens']}, rejected {details['rejected_prediction_tokens']}")
 
@@ -316,3 +327,13 @@ def test_prompt_lookup_speculation_changes_no_greedy_token(spec_node, real_node,
         assert got[0]["choices"][0]["message"]["content"] == got[1]["choices"][0]["message"]["content"], extra
         assert got[0]["choices"][0]["finish_reason"] == got[1]["choices"][0]["finish_reason"], extra
         assert got[0]["usage"]["completion_tokens"] == got[1]["usage"]["completion_tokens"], extra
+
+
+def test_a_sampled_request_speculates_and_a_seeded_one_repeats(spec_node):
+    """Sampled rows keep a draft while the row's own seeded sampler draws it (mlx-lm's rule)."""
+    body = {**ask(COPY), "max_tokens": 40, "temperature": 0.7, "seed": 1234}
+    first, again = (bc.complete(spec_node.url, body)[1] for _ in range(2))
+    assert first["choices"][0]["message"]["content"] == again["choices"][0]["message"]["content"]
+    details = first["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] + details["rejected_prediction_tokens"] > 0, details
+    assert "apples" in first["choices"][0]["message"]["content"].lower(), first

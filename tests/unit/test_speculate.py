@@ -18,3 +18,19 @@ def test_only_the_leading_agreeing_drafts_are_accepted():
     assert accepted([5, 6, 7], [5, 6, 7, 8]) == 3
     assert accepted([5, 6, 7], [5, 9, 7, 8]) == 1
     assert accepted([5], [4, 1]) == 0 and accepted([], [4]) == 0
+
+
+def test_a_sharded_instance_says_why_it_does_not_speculate():
+    from pathlib import Path
+
+    from skulk.services.runner.batch_engine import MlxBatchEngine
+    from skulk.services.runner.ring import Ring
+    from skulk.services.runner.speculate import SpecMode, SpecSettings
+
+    asked = SpecSettings(SpecMode.PROMPT_LOOKUP, 4, 1)
+    ring = Ring(rank=0, hosts=("a:1", "b:2"), sharding="Pipeline", split=(2, 2), hostfile=Path("h"))
+    sharded = MlxBatchEngine(Path("m"), ring, 16, 256, 0, spec=asked)
+    assert sharded.spec.mode is SpecMode.OFF and sharded.speculation.startswith("off: a sharded instance")
+    alone = MlxBatchEngine(Path("m"), None, 16, 256, 0, spec=asked)
+    assert alone.spec == asked and alone.speculation == "prompt_lookup x4, up to 1 stream"
+    assert MlxBatchEngine(Path("m"), None, 16, 256, 0).speculation == ""

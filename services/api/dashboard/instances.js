@@ -47,9 +47,11 @@ export function instanceViews(state, clusters) {
               tps: live.tokensPerSecond, active: live.active, waiting: live.waiting};
     }).sort((a, b) => a.rank - b.rank);
     seen.add(id);
+    const first = (ranks[0] && ranks[0].detail) || {};
     views.push({id, modelId: sa.modelId || (pool && pool.modelId), meta: (kind || '').replace('Instance', ''),
                 sharding: (pool && pool.sharding) || (ranks[0] && ranks[0].sharding), worldSize: ranks.length,
-                ranks, pool, status: statusLabel(ranks.map((r) => r.status))});
+                ranks, pool, status: statusLabel(ranks.map((r) => r.status)),
+                enginePath: first.enginePath || null, speculation: first.speculation || null});
   }
   for (const [id, pool] of Object.entries(pools)) {  // a pool the state does not list yet
     if (seen.has(id)) continue;
@@ -105,6 +107,8 @@ function InstanceCard({view, onTimeline}) {
     </header>
     <div class="muted">${view.sharding || '?'} · ${view.meta || 'MlxRing'} · ${view.worldSize} rank${view.worldSize === 1 ? '' : 's'}
       · <span class="mono">${view.id}</span></div>
+    ${view.speculation ? html`<div data-testid="speculation">speculative decoding: ${view.speculation}</div>` : null}
+    ${view.enginePath ? html`<div class="muted" data-testid="engine-path">${view.enginePath}</div>` : null}
     <div class="figures">
       <div class="figure"><span class="big" data-testid="tps">${fmtRate(pool.tokensPerSecond)}</span> tok/s</div>
       <div class="figure"><span class="big" data-testid="active">${pool.activeRequests ?? '–'}</span> active</div>
