@@ -1,13 +1,16 @@
-"""Benchmark: speculative decoding by prompt lookup, off vs on, one stream, same run.
+"""Benchmark: speculative decoding off vs on, one stream, same run.
 
     python -m skulk.scripts.bench_speculation [--runs 5] [--tokens 96] [--draft-tokens 4]
 
-Builds SmolLM2-135M-Instruct as `skulk model demo` does and starts two real nodes one after the
-other (each alone on the machine): one plain, one with `speculative.mode: prompt_lookup`. Each
-answers, one request at a time, a copy workload (an answer that repeats a list from its prompt)
-and a free one (a short explanation), streamed and greedy. Per workload: decode tok/s (completion
-tokens after the first over first to last content chunk, client-side), TTFT, drafts accepted and
-rejected, and whether the text is identical. Medians over --runs. It prints; it asserts nothing.
+Builds SmolLM2-135M-Instruct as `skulk model demo` does, and two drafters for it offline: the
+model itself (the mechanism's upper bound: every draft kept) and its first `--small-layers`
+layers with its own norm and head (an early-exit drafter, same tokenizer). Starts real nodes one
+after the other (each alone on the machine): plain, `prompt_lookup`, and `drafter` with each
+drafter. Each answers, one request at a time, a copy workload (an answer that repeats a list from
+its prompt) and a free one, streamed and greedy. Per workload: decode tok/s (completion tokens
+after the first over first to last content chunk, client-side), TTFT, drafts accepted and
+rejected, and whether the text is the plain node's. Medians over --runs. It prints; it asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -66,8 +70,31 @@ def stream(url: str, prompt: str, tokens: int) -> dict[str, Any]:
             "rejected": details.get("rejected_prediction_tokens", 0), "tokens": n}
 
 
-def measure(root: Path, model_dir: Path, name: str, config: dict[str, Any], ns: argparse.Namespace) -> dict[str, Any]:
+def small_drafter(model_dir: Path, layers: int) -> Path:
+    """The model's first `layers` layers, its norm and head: a drafter made with no download."""
+    import mlx.core as mx
+
+    out = model_dir.parent / f"{model_dir.name}-{layers}L"
+    if out.is_dir():
+        return out
+    shutil.copytree(model_dir, out, ignore=shutil.ignore_patterns("*.safetensors"))
+    weights: dict[str, Any] = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        weights.update(mx.load(str(f)))
+    keep = {k: v for k, v in weights.items()
+            if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    mx.save_safetensors(str(out / "model.safetensors"), keep, metadata={"format": "mlx"})
+    config = json.loads((out / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+def measure(root: Path, model_dir: Path, name: str, config: dict[str, Any], ns: argparse.Namespace,
+            also: Path | None = None) -> dict[str, Any]:
     node = BenchNode(root, name, model_dir)
+    if also is not None:  # a drafter, staged beside the model
+        (node.home / "models" / also.name).symlink_to(also)
     (node.home / "skulk.yaml").write_text(yaml.safe_dump(config))
     try:
         node.start(f"bench-{uuid.uuid4().hex[:8]}", None, extra=("--place", MODEL))
@@ -89,20 +116,28 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--tokens", type=int, default=96)
     p.add_argument("--draft-tokens", type=int, default=4)
+    p.add_argument("--small-layers", type=int, default=8)
     ns = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="skulk-bench-spec-"))
     model_dir = build("smollm2", root)
+    small = small_drafter(model_dir, ns.small_layers)
+    spec = {"num_draft_tokens": ns.draft_tokens}
     off = measure(root, model_dir, "plain", {}, ns)
-    on = measure(root, model_dir, "spec", {"speculative": {"mode": "prompt_lookup",
-                                                           "num_draft_tokens": ns.draft_tokens}}, ns)
+    modes = {"prompt lookup": measure(root, model_dir, "lookup", {"speculative": {**spec, "mode": "prompt_lookup"}}, ns),
+             "drafter: itself": measure(root, model_dir, "self", {"speculative": {**spec, "mode": "drafter",
+                                                                                  "drafter": MODEL}}, ns),
+             f"drafter: {ns.small_layers} layers": measure(
+                 root, model_dir, "small", {"speculative": {**spec, "mode": "drafter",
+                                                            "drafter": small.name.replace("--", "/", 1)}}, ns, small)}
     print(f"{MODEL}, one stream, greedy, {ns.tokens} tokens max, median of {ns.runs}")
-    print("  workload | off tok/s  TTFT | on tok/s  TTFT | speed-up | accepted/rejected | same text")
-    for w in WORKLOADS:
-        a, b = off[w], on[w]
-        print(f"  {w:<8} | {a['tok_s']:9.1f} {a['ttft']:5.2f} | {b['tok_s']:8.1f} {b['ttft']:5.2f} | "
-              f"{b['tok_s'] / a['tok_s'] if a['tok_s'] else 0:8.2f} | {b['accepted']:.0f}/{b['rejected']:.0f} "
-              f"of {b['tokens']:.0f} tokens | {a['text'] == b['text']}")
-    print("  target: copy workload >= 1.5x single-stream decode, identical text")
+    print("  mode                | workload | off tok/s  TTFT | on tok/s  TTFT | speed-up | kept/thrown | same text")
+    for mode, on in modes.items():
+        for w in WORKLOADS:
+            a, b = off[w], on[w]
+            print(f"  {mode:<19} | {w:<8} | {a['tok_s']:9.1f} {a['ttft']:5.2f} | {b['tok_s']:8.1f} {b['ttft']:5.2f} | "
+                  f"{b['tok_s'] / a['tok_s'] if a['tok_s'] else 0:8.2f} | {b['accepted']:.0f}/{b['rejected']:.0f} "
+                  f"of {b['tokens']:.0f} | {a['text'] == b['text']}")
+    print("  target: prompt lookup on the copy workload >= 1.5x single-stream decode, identical text")
     return 0
 
 

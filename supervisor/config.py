@@ -66,7 +66,8 @@ class NodeConfig:
     prefill_chunk: int = 256
     prefix_cache_mb: int = 512
     quantized: str = "auto"  # a quantized model on a GPU: auto (the faster of it and bf16) | keep | dequantize
-    spec_mode: str = "off"  # speculative decoding: off | prompt_lookup (drafter: not yet)
+    spec_mode: str = "off"  # speculative decoding: off | prompt_lookup | drafter
+    spec_drafter: str = ""  # drafter mode: the drafter's model id ("": the one the model's card names)
     spec_draft_tokens: int = 4
     spec_max_streams: int = 1
     api_workers: int = 1
@@ -122,7 +123,7 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
                "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int),
                "quantized": ("quantized", str)},
     "speculative": {"mode": ("spec_mode", str), "num_draft_tokens": ("spec_draft_tokens", int),
-                    "max_streams": ("spec_max_streams", int)},
+                    "max_streams": ("spec_max_streams", int), "drafter": ("spec_drafter", str)},
     "tracing": {"retention_days": ("trace_retention_days", float), "enabled": ("tracing_enabled", bool)},
     "event_log": {"ring_mb": ("eventlog_ring_mb", float), "ring_keep": ("eventlog_ring_keep", int),
                   "archives_max": ("eventlog_archives", int), "archives_gb": ("eventlog_archives_gb", float),
@@ -317,9 +318,8 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("runner.prefill_chunk must be in 16..65536 and runner.prefix_cache_mb in 0..1048576")
     if cfg.quantized not in ("auto", "keep", "dequantize"):
         raise ConfigError(f"runner.quantized must be auto, keep or dequantize, not {cfg.quantized!r}")
-    if cfg.spec_mode not in ("off", "prompt_lookup"):
-        raise ConfigError(f"speculative.mode must be off or prompt_lookup, not {cfg.spec_mode!r}"
-                          + (" (drafter mode is not built yet)" if cfg.spec_mode == "drafter" else ""))
+    if cfg.spec_mode not in ("off", "prompt_lookup", "drafter"):
+        raise ConfigError(f"speculative.mode must be off, prompt_lookup or drafter, not {cfg.spec_mode!r}")
     if not 1 <= cfg.spec_draft_tokens <= 32 or not 1 <= cfg.spec_max_streams <= 1:
         raise ConfigError("speculative.num_draft_tokens must be in 1..32 and speculative.max_streams 1")
     if cfg.api_workers < 1 or cfg.api_threads < 1:

@@ -101,7 +101,8 @@ def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> Superviso
                              "--prefill-chunk", str(cfg.prefill_chunk),
                              "--prefix-cache-mb", str(cfg.prefix_cache_mb), "--quantized", cfg.quantized,
                              "--spec-mode", cfg.spec_mode, "--spec-draft-tokens", str(cfg.spec_draft_tokens),
-                             "--spec-max-streams", str(cfg.spec_max_streams), *logs),
+                             "--spec-max-streams", str(cfg.spec_max_streams), "--spec-drafter", cfg.spec_drafter,
+                             *logs),
                        # never restarted here: the leader deletes a failed runner's instance
                        # (stopping its other ranks) and re-creates it with back-off
                        restart="temporary", shutdown_s=min(cfg.shutdown_s, RUNNER_SHUTDOWN_S),

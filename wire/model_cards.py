@@ -58,6 +58,17 @@ def companions_of(directory: Path) -> tuple[str, ...]:
     return tuple(names)
 
 
+def drafter_of(directory: Path) -> str:
+    """The drafter `skulk.json` names (`runtime.assistant_model_repo`, upstream's key), or ""."""
+    try:
+        extra = json.loads((directory / CARD_EXTRAS).read_text())
+    except (OSError, ValueError):
+        return ""
+    runtime = extra.get("runtime") if isinstance(extra, dict) else None
+    name = runtime.get("assistant_model_repo") if isinstance(runtime, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 def model_id_of(directory: Path) -> str:
     org, sep, name = directory.name.partition("--")
     if not sep or not org or not name:
@@ -165,7 +176,7 @@ def card_from_dir(directory: Path) -> ModelCard:
         context_length=int(text.get("max_position_embeddings") or 0),
         family=family, quantization=quantization,
         tasks=((ModelTask.TEXT_EMBEDDING if is_embedding_dir(directory) else ModelTask.TEXT_GENERATION).value,),
-        companions=companions_of(directory))
+        companions=companions_of(directory), drafter=drafter_of(directory))
 
 
 def scan(models_dir: Path) -> tuple[dict[str, ModelCard], dict[str, str]]:

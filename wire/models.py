@@ -33,6 +33,7 @@ class ModelCard(Message):
     tasks: tuple[str, ...] = (ModelTask.TEXT_GENERATION.value,)
     companions: tuple[str, ...] = ()  # models staged with this one, in use while it is (a drafter, ...)
     supports_pipeline: bool = True  # mlx-lm can split its layers across nodes (`model.pipeline`)
+    drafter: str = ""  # the companion that drafts for it (`skulk.json` runtime.assistant_model_repo)
     runtime_bytes: int = 0
     """What a runner on the CPU path holds for the weights: every parameter in fp32 (a quantized
     model is dequantized at load), counted from the safetensors headers; 0: unknown, take the

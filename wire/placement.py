@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from skulk.wire.catalog import cards_of
 from skulk.wire.commands import PlaceInstance, RejectReason
 from skulk.wire.model_cards import LLAMA_LAYOUT
 from skulk.wire.models import ModelCard
@@ -124,12 +125,22 @@ def shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) 
     return [int(held(card, node) * r / total) for node, r in zip(nodes, rooms)]
 
 
+def drafter_bytes(state: State, card: ModelCard, node: NodeInfo, width: int) -> int:
+    """What the drafter the card names adds on a one-node instance (sharded ones do not
+    speculate), where the catalog knows it."""
+    if not card.drafter or width != 1:
+        return 0
+    drafter = cards_of(state.catalog).get(card.drafter)
+    return held(drafter, node) if drafter is not None else 0
+
+
 def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> str | None:
     kv = kv_bytes(card.n_layers, card.num_key_value_heads)
     for node_id, share in zip(ring, shares(card, ring, state, sharding)):
         node = state.nodes[node_id]
         whole = held(card, node)
-        need, can = required(share, whole, kv), room(state, node_id)
+        need = required(share, whole, kv) + int(drafter_bytes(state, card, node, len(ring)) * OVERHEAD)
+        can = room(state, node_id)
         if need > can:
             kv_share = kv * share / whole if whole else 0
             return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, sampling, speculate, warmup
+from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, drafter, sampling, speculate, warmup
 from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.prompt import template_inputs
@@ -63,6 +63,7 @@ class MlxBatchEngine:
         self.gen: Any = None
         self.prefix: Any = None
         self.joined = 0  # requests inserted since the last step
+        self.drafter: Any = None
 
     # ---- boot ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -70,6 +71,8 @@ class MlxBatchEngine:
         from mlx_lm.models.cache import LRUPromptCache
 
         self.model, self.tokenizer, self.path = load_model(self.model_dir, self.ring, self.max_batch, self.quant_mode)
+        if self.spec.mode is SpecMode.DRAFTER:
+            self._load_drafter()
         model = self.model
         if cpu_ops.install():
             self.path += ", fast CPU attention, SwiGLU and RoPE"
@@ -90,6 +93,22 @@ class MlxBatchEngine:
                                   prefill_step_size=self.prefill_chunk)
         self.prefix = LRUPromptCache(max_size=UNBOUNDED, max_bytes=self.cache_bytes) \
             if self.cache_bytes > 0 else None
+
+    def _load_drafter(self) -> None:
+        """The drafter beside the model, in the same dtype path; without one, no speculation
+        (and the runner says why in `/state`)."""
+        where, why = drafter.locate(self.model_dir, self.spec.drafter)
+        if where is not None:
+            draft_model, _tok, _path = load_model(where, None)
+            theirs = getattr(getattr(draft_model, "args", None), "vocab_size", None)
+            ours = getattr(getattr(self.model, "args", None), "vocab_size", None)
+            if theirs == ours:
+                self.drafter = drafter.Drafter(draft_model)
+                self.speculation += f" (drafter {where.name.replace('--', '/', 1)})"
+                return
+            why = f"off: drafter {where.name} has a vocabulary of {theirs}, the model {ours}"
+        log.warning("no speculation: %s", why.removeprefix("off: "))
+        self.spec, self.speculation = SpecSettings(), why
 
     def warmup(self) -> None:
         """The step shapes serving forms (`warmup.py`), every rank alike, then an empty cache."""
@@ -180,7 +199,7 @@ class MlxBatchEngine:
 
     def step(self) -> StepOutput:
         gen = self.gen
-        if self.spec.mode is not SpecMode.OFF and (spec := speculate.step(gen, self.spec, self.spec_rows)) is not None:
+        if self.spec.mode is not SpecMode.OFF and (spec := speculate.step(gen, self.spec, self.spec_rows, self.drafter)) is not None:
             for e in spec:
                 if e.finish is not None:
                     self.spec_rows.pop(e.uid, None)

@@ -76,7 +76,7 @@ class Runner:
         self.engine: Engine = engine or MlxBatchEngine(
             Path(ns.model_dir), self.ring, max_batch=ns.max_batch, prefill_chunk=ns.prefill_chunk,
             prefix_cache_bytes=ns.prefix_cache_mb << 20, quant_mode=QuantMode(ns.quantized),
-            spec=SpecSettings(SpecMode(ns.spec_mode), ns.spec_draft_tokens, ns.spec_max_streams))
+            spec=SpecSettings(SpecMode(ns.spec_mode), ns.spec_draft_tokens, ns.spec_max_streams, ns.spec_drafter))
         traces = RankTraces(loop.rt.args.home, ns.node_id, "", ns.model_id, ns.rank)
         self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max), traces=traces)
         sharded = self.ring is not None
@@ -278,6 +278,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--spec-mode", choices=[m.value for m in SpecMode], default=SpecMode.OFF.value)
     p.add_argument("--spec-draft-tokens", type=int, default=4)
     p.add_argument("--spec-max-streams", type=int, default=1)
+    p.add_argument("--spec-drafter", default="")
     p.add_argument("--embedding", type=int, choices=(0, 1), default=0)  # the card's task: serve `Embed`
     return p.parse_args(argv)
 

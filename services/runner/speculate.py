@@ -41,6 +41,7 @@ class SpecSettings:
     mode: SpecMode = SpecMode.OFF
     num_draft_tokens: int = 4
     max_streams: int = 1
+    drafter: str = ""  # drafter mode: the drafter's model id ("": the one the model's card names)
 
 
 def propose(context: Sequence[int], k: int, ngram_max: int = NGRAM_MAX, ngram_min: int = NGRAM_MIN) -> list[int]:
@@ -83,13 +84,14 @@ class Emitted:
     rejected: int = 0
 
 
-def step(gen: Any, settings: SpecSettings, rows: dict[int, bool]) -> list[Emitted] | None:
+def step(gen: Any, settings: SpecSettings, rows: dict[int, bool], drafter: Any = None) -> list[Emitted] | None:
     """One speculative step on `gen` (an mlx-lm BatchGenerator), or None where it does not apply
     (the caller then takes the plain step). `rows`: the uids that may speculate (no grammar),
     True where greedy."""
     import mlx.core as mx
 
-    if settings.mode is not SpecMode.PROMPT_LOOKUP or gen._unprocessed_sequences or len(gen._prompt_batch):  # noqa: SLF001
+    if settings.mode is SpecMode.OFF or (settings.mode is SpecMode.DRAFTER and drafter is None) \
+            or gen._unprocessed_sequences or len(gen._prompt_batch):  # noqa: SLF001
         return None
     gb = gen._generation_batch  # noqa: SLF001
     if not 0 < len(gb) <= settings.max_streams or len(gb) != 1 or gb._next_tokens is None:  # noqa: SLF001
@@ -100,7 +102,11 @@ def step(gen: Any, settings: SpecSettings, rows: dict[int, bool]) -> list[Emitte
     y = int(gb._next_tokens[0].item())  # noqa: SLF001 - sampled by the last step, not yet fed in
     y_logprobs = gb._next_logprobs[0]  # noqa: SLF001
     room = gb.max_tokens[0] - gb._num_tokens[0] - 1  # noqa: SLF001 - tokens after y it may still emit
-    drafts = propose([*gb.tokens[0], y], min(settings.num_draft_tokens, room))
+    k = min(settings.num_draft_tokens, room)
+    if k <= 0:
+        return None
+    context = [*gb.tokens[0], y]
+    drafts = drafter.propose(context, k) if settings.mode is SpecMode.DRAFTER else propose(context, k)
     if not drafts:
         return None
     logits = gb.model(mx.array([[y, *drafts]]), cache=gb.prompt_cache)[0]

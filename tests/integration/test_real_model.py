@@ -337,3 +337,35 @@ def test_a_sampled_request_speculates_and_a_seeded_one_repeats(spec_node):
     details = first["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] + details["rejected_prediction_tokens"] > 0, details
     assert "apples" in first["choices"][0]["message"]["content"].lower(), first
+
+
+def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_nodes, real_model, reference):
+    """The mechanism's upper bound: a drafter identical to the model proposes what it would say;
+    the answers stay the model's own, and nearly every draft is kept."""
+    node = module_nodes("drafter", config={"speculative": {"mode": "drafter", "drafter": REAL}},
+                        args=("--place", REAL), models={REAL_DIR: real_model})
+    wait_model_ready(node, timeout=180)
+    runners = http_json(f"{node.url}/state")[1]["runners"]
+    (ready,) = [r["RunnerReady"] for r in runners.values() if "RunnerReady" in r]
+    assert ready["speculation"] == f"drafter x4, up to 1 stream (drafter {REAL})", ready
+    kept = thrown = 0
+    for prompt, ref in zip(PROMPTS, reference):
+        status, reply = bc.complete(node.url, ask(prompt))
+        assert status == 200 and reply["choices"][0]["message"]["content"] == ref["text"], (prompt, reply)
+        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
+        assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
+        details = reply["usage"]["completion_tokens_details"]
+        kept, thrown = kept + details["accepted_prediction_tokens"], thrown + details["rejected_prediction_tokens"]
+    assert kept > 0 and thrown <= kept // 10, (kept, thrown)
+    print(f"self-drafter: {kept} drafts kept, {thrown} thrown over the 8 prompts")
+
+
+def test_drafter_mode_without_a_drafter_serves_plainly_and_says_why(module_nodes, real_model):
+    node = module_nodes("nodrafter", config={"speculative": {"mode": "drafter", "drafter": "nobody/nothing"}},
+                        args=("--place", REAL), models={REAL_DIR: real_model})
+    wait_model_ready(node, timeout=180)
+    runners = http_json(f"{node.url}/state")[1]["runners"]
+    (ready,) = [r["RunnerReady"] for r in runners.values() if "RunnerReady" in r]
+    assert ready["speculation"].startswith("off: drafter nobody/nothing is not staged beside the model"), ready
+    status, reply = bc.complete(node.url, ask(PROMPTS[0]))
+    assert status == 200 and reply["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0

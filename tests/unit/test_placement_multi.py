@@ -198,3 +198,20 @@ def test_a_cuda_gpu_counts_what_is_already_placed_on_it_and_rings_never_mix_devi
     got = place(mixed, PlaceInstance(command_id="c", card=card, min_nodes=2), ids())
     assert isinstance(got, PlacementError) and "computes on one kind of device (cpu on mac-g2, cuda on mac-g1)" \
         in got.message, got
+
+
+def test_a_one_node_instance_counts_the_drafter_its_card_names():
+    from skulk.wire.catalog import NodeCatalogUpdated, catalog_key
+    from skulk.wire.placement import drafter_bytes
+
+    card = replace(CARD, storage_size_bytes=10 * GIB, drafter="o/small")
+    small = replace(CARD, model_id="o/small", storage_size_bytes=2 * GIB)
+    entry = NodeCatalogUpdated(node_id="a", cards=(card, small))
+    state = replace(cluster(("a", 64, 60)), catalog={catalog_key(entry): entry})
+    assert drafter_bytes(state, card, state.nodes["a"], 1) == 2 * GIB
+    assert drafter_bytes(state, card, state.nodes["a"], 2) == 0  # sharded: no speculation
+    assert drafter_bytes(state, replace(card, drafter="o/unknown"), state.nodes["a"], 1) == 0
+    tight = replace(cluster(("a", 22, 22)), catalog=state.catalog)  # 16.5 GB usable: 10 GB fits, 10 + 2 not
+    assert isinstance(place(tight, PlaceInstance(command_id="c", card=card), ids()), PlacementError)
+    assert not isinstance(place(tight, PlaceInstance(command_id="c", card=replace(card, drafter="")), ids()),
+                          PlacementError)

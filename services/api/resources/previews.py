@@ -12,7 +12,7 @@ from skulk.services.api.resources.common import state_or_503
 from skulk.services.api.schema import INTEGER, STRING, Schema, array, enum, map_of, nullable, obj
 from skulk.services.api.state_json import INSTANCE, instance_json
 from skulk.wire.commands import PlaceInstance
-from skulk.wire.placement import PlacementError, place, shares
+from skulk.wire.placement import PlacementError, drafter_bytes, place, shares
 
 
 class PreviewsResource:
@@ -45,7 +45,8 @@ class PreviewsResource:
                     seen.add(key)
                     ring = tuple(result.node_to_runner)  # what each node's runner will hold
                     kind = next(iter(result.runner_to_shard.values())).kind
-                    held = dict(zip(ring, shares(card, ring, state, kind)))
+                    held = {n: share + drafter_bytes(state, card, state.nodes[n], len(ring))
+                            for n, share in zip(ring, shares(card, ring, state, kind))}
                     previews.append({"model_id": card.model_id, "sharding": sharding,
                                      "instance_meta": meta, "instance": instance_json(result),
                                      "memory_delta_by_node": held,
