@@ -66,7 +66,7 @@ class NodeConfig:
     prefill_chunk: int = 256
     prefix_cache_mb: int = 512
     quantized: str = "auto"  # a quantized model on a GPU: auto (the faster of it and bf16) | keep | dequantize
-    spec_mode: str = "off"  # speculative decoding: off | prompt_lookup | drafter
+    spec_mode: str = ""  # speculative decoding: off | prompt_lookup | drafter ("": as the model's card says)
     spec_drafter: str = ""  # drafter mode: the drafter's model id ("": the one the model's card names)
     spec_draft_tokens: int = 4
     spec_max_streams: int = 1
@@ -318,7 +318,7 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("runner.prefill_chunk must be in 16..65536 and runner.prefix_cache_mb in 0..1048576")
     if cfg.quantized not in ("auto", "keep", "dequantize"):
         raise ConfigError(f"runner.quantized must be auto, keep or dequantize, not {cfg.quantized!r}")
-    if cfg.spec_mode not in ("off", "prompt_lookup", "drafter"):
+    if cfg.spec_mode not in ("", "off", "prompt_lookup", "drafter"):
         raise ConfigError(f"speculative.mode must be off, prompt_lookup or drafter, not {cfg.spec_mode!r}")
     if not 1 <= cfg.spec_draft_tokens <= 32 or not 1 <= cfg.spec_max_streams <= 1:
         raise ConfigError("speculative.num_draft_tokens must be in 1..32 and speculative.max_streams 1")

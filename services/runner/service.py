@@ -38,6 +38,7 @@ from skulk.services.runner.ring import Ring, use_device
 from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.errors import WireError
+from skulk.wire.model_cards import drafter_of
 from skulk.wire.events import RunnerReport
 from skulk.wire.inference import Cancel, Done, Embed, Failed, FailReason, Generate, Started
 from skulk.wire import endpoints
@@ -76,7 +77,8 @@ class Runner:
         self.engine: Engine = engine or MlxBatchEngine(
             Path(ns.model_dir), self.ring, max_batch=ns.max_batch, prefill_chunk=ns.prefill_chunk,
             prefix_cache_bytes=ns.prefix_cache_mb << 20, quant_mode=QuantMode(ns.quantized),
-            spec=SpecSettings(SpecMode(ns.spec_mode), ns.spec_draft_tokens, ns.spec_max_streams, ns.spec_drafter))
+            spec=SpecSettings(spec_mode(ns.spec_mode, Path(ns.model_dir)), ns.spec_draft_tokens, ns.spec_max_streams,
+                              ns.spec_drafter))
         traces = RankTraces(loop.rt.args.home, ns.node_id, "", ns.model_id, ns.rank)
         self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max), traces=traces)
         sharded = self.ring is not None
@@ -254,6 +256,13 @@ class Runner:
             self.loop.rt.beat()
 
 
+def spec_mode(asked: str, model_dir: Path) -> SpecMode:
+    """The configured mode, else the card's: drafter where it names a drafter, else off."""
+    if asked:
+        return SpecMode(asked)
+    return SpecMode.DRAFTER if drafter_of(model_dir) else SpecMode.OFF
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="skulk.services.runner")
     for name in ("--runner-id", "--instance-id", "--node-id", "--model-id", "--model-dir"):
@@ -275,7 +284,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prefill-chunk", type=int, default=256)
     p.add_argument("--prefix-cache-mb", type=int, default=512)
     p.add_argument("--quantized", choices=[m.value for m in QuantMode], default=QuantMode.AUTO.value)
-    p.add_argument("--spec-mode", choices=[m.value for m in SpecMode], default=SpecMode.OFF.value)
+    p.add_argument("--spec-mode", choices=["", *(m.value for m in SpecMode)], default="")
     p.add_argument("--spec-draft-tokens", type=int, default=4)
     p.add_argument("--spec-max-streams", type=int, default=1)
     p.add_argument("--spec-drafter", default="")

@@ -279,6 +279,42 @@ COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, 
         "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
 
 
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+          "required": ["city", "country"], "additionalProperties": False}
+
+
+def same_as_plain(node, plain, reference) -> tuple[int, int]:
+    """Every greedy answer of `node` is the plain node's, token for token: alone (the 8 prompts
+    and a copying answer), two at once (the batch leaves speculation and comes back), with
+    `max_tokens`, a stop string and a JSON schema. The drafts kept and thrown, in all."""
+    kept = thrown = 0
+
+    def counted(reply):
+        nonlocal kept, thrown
+        details = reply["usage"]["completion_tokens_details"]
+        kept, thrown = kept + details["accepted_prediction_tokens"], thrown + details["rejected_prediction_tokens"]
+        return reply
+
+    for prompt, ref in zip(PROMPTS, reference):
+        status, reply = bc.complete(node.url, ask(prompt))
+        assert status == 200 and counted(reply)["choices"][0]["message"]["content"] == ref["text"], (prompt, reply)
+        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
+        assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
+    copy = {**ask(COPY), "max_tokens": 60}
+    schema = {**ask("What is the capital of France? Answer in JSON with the city and the country."),
+              "max_tokens": 60, "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
+    for body in (copy, {**copy, "max_tokens": 9}, {**copy, "stop": ["plums"]}, schema):
+        want, got = bc.complete(plain.url, body)[1], counted(bc.complete(node.url, body)[1])
+        for key in ("finish_reason", "message"):
+            assert want["choices"][0][key] == got["choices"][0][key], (body, want, got)
+        assert want["usage"]["completion_tokens"] == got["usage"]["completion_tokens"], body
+        assert bc.compare(bc.tokens_of(want), bc.tokens_of(got), LOGPROB_TOL) == "", body
+    together = bc.all_at_once(node.url, [copy, ask(PROMPTS[1])])
+    want_copy = bc.complete(plain.url, copy)[1]["choices"][0]["message"]["content"]
+    assert [r["choices"][0]["message"]["content"] for _, r in together] == [want_copy, reference[1]["text"]]
+    return kept, thrown
+
+
 @pytest.fixture(scope="module")
 def spec_node(module_nodes, real_model):
     """A node that speculates by prompt lookup (the plain `real_node` is the control)."""
@@ -289,44 +325,24 @@ def spec_node(module_nodes, real_model):
 
 
 def test_prompt_lookup_speculation_changes_no_greedy_token(spec_node, real_node, reference):
-    """Alone, with a second stream joining (the batch leaves speculation and comes back), with
-    `max_tokens` and a stop string: the same tokens as without; a copying answer accepts drafts."""
     runners = http_json(f"{spec_node.url}/state")[1]["runners"]
     assert [r["RunnerReady"]["speculation"] for r in runners.values() if "RunnerReady" in r] == \
         ["prompt_lookup x4, up to 1 stream"], runners
-    for prompt, ref in zip(PROMPTS, reference):
-        status, reply = bc.complete(spec_node.url, ask(prompt))
-        assert status == 200 and reply["choices"][0]["message"]["content"] == ref["text"], (prompt, reply)
-        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
-        assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
+    kept, thrown = same_as_plain(spec_node, real_node, reference)
     copy = {**ask(COPY), "max_tokens": 60}
-    status, plain = bc.complete(real_node.url, copy)
-    assert status == 200
     status, spec = bc.complete(spec_node.url, copy)
-    assert status == 200 and spec["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
-    assert bc.compare(bc.tokens_of(plain), bc.tokens_of(spec), LOGPROB_TOL) == ""
     details = spec["usage"]["completion_tokens_details"]
-    assert details["accepted_prediction_tokens"] > 0, details
-    assert plain["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+    assert details["accepted_prediction_tokens"] > 0, details  # a copying answer keeps drafts
+    assert bc.complete(real_node.url, copy)[1]["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
     stats = http_json(f"{spec_node.url}/bench/chat/completions", copy)[1]["generation_stats"]
     assert stats["accepted_prediction_tokens"] == details["accepted_prediction_tokens"], stats
     import urllib.request
     with urllib.request.urlopen(f"{spec_node.url}/metrics", timeout=30) as resp:
         metrics = resp.read().decode()
-    kept = [ln for ln in metrics.splitlines() if ln.startswith("skulk_speculative_draft_tokens_total")
-            and 'verdict="accepted"' in ln]
-    assert kept and float(kept[0].rsplit(" ", 1)[1]) >= details["accepted_prediction_tokens"], kept
-    print(f"copy answer: {spec['usage']['completion_tokens']} tokens, drafts accepted "
-          f"{details['accepted_prediction_tokens']}, rejected {details['rejected_prediction_tokens']}")
-
-    together = bc.all_at_once(spec_node.url, [copy, ask(PROMPTS[1])])
-    assert [r["choices"][0]["message"]["content"] for _, r in together] == \
-        [plain["choices"][0]["message"]["content"], reference[1]["text"]]
-    for extra in ({"max_tokens": 9}, {"stop": ["plums"]}):
-        got = [bc.complete(node.url, {**copy, **extra})[1] for node in (real_node, spec_node)]
-        assert got[0]["choices"][0]["message"]["content"] == got[1]["choices"][0]["message"]["content"], extra
-        assert got[0]["choices"][0]["finish_reason"] == got[1]["choices"][0]["finish_reason"], extra
-        assert got[0]["usage"]["completion_tokens"] == got[1]["usage"]["completion_tokens"], extra
+    counted = [ln for ln in metrics.splitlines() if ln.startswith("skulk_speculative_draft_tokens_total")
+               and 'verdict="accepted"' in ln]
+    assert counted and float(counted[0].rsplit(" ", 1)[1]) >= kept + details["accepted_prediction_tokens"], counted
+    print(f"prompt lookup: {kept} drafts kept, {thrown} thrown over the identity checks")
 
 
 def test_a_sampled_request_speculates_and_a_seeded_one_repeats(spec_node):
@@ -339,7 +355,8 @@ def test_a_sampled_request_speculates_and_a_seeded_one_repeats(spec_node):
     assert "apples" in first["choices"][0]["message"]["content"].lower(), first
 
 
-def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_nodes, real_model, reference):
+def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_nodes, real_model, real_node,
+                                                                          reference):
     """The mechanism's upper bound: a drafter identical to the model proposes what it would say;
     the answers stay the model's own, and nearly every draft is kept."""
     node = module_nodes("drafter", config={"speculative": {"mode": "drafter", "drafter": REAL}},
@@ -348,16 +365,9 @@ def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_
     runners = http_json(f"{node.url}/state")[1]["runners"]
     (ready,) = [r["RunnerReady"] for r in runners.values() if "RunnerReady" in r]
     assert ready["speculation"] == f"drafter x4, up to 1 stream (drafter {REAL})", ready
-    kept = thrown = 0
-    for prompt, ref in zip(PROMPTS, reference):
-        status, reply = bc.complete(node.url, ask(prompt))
-        assert status == 200 and reply["choices"][0]["message"]["content"] == ref["text"], (prompt, reply)
-        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
-        assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
-        details = reply["usage"]["completion_tokens_details"]
-        kept, thrown = kept + details["accepted_prediction_tokens"], thrown + details["rejected_prediction_tokens"]
+    kept, thrown = same_as_plain(node, real_node, reference)
     assert kept > 0 and thrown <= kept // 10, (kept, thrown)
-    print(f"self-drafter: {kept} drafts kept, {thrown} thrown over the 8 prompts")
+    print(f"self-drafter: {kept} drafts kept, {thrown} thrown over the identity checks")
 
 
 def test_drafter_mode_without_a_drafter_serves_plainly_and_says_why(module_nodes, real_model):

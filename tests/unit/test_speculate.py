@@ -34,3 +34,15 @@ def test_a_sharded_instance_says_why_it_does_not_speculate():
     alone = MlxBatchEngine(Path("m"), None, 16, 256, 0, spec=asked)
     assert alone.spec == asked and alone.speculation == "prompt_lookup x4, up to 1 stream"
     assert MlxBatchEngine(Path("m"), None, 16, 256, 0).speculation == ""
+
+
+def test_the_mode_is_the_cards_unless_configured(tmp_path):
+    import json
+
+    from skulk.services.runner.service import spec_mode
+    from skulk.services.runner.speculate import SpecMode
+
+    assert spec_mode("", tmp_path) is SpecMode.OFF
+    (tmp_path / "skulk.json").write_text(json.dumps({"runtime": {"assistant_model_repo": "o/small"}}))
+    assert spec_mode("", tmp_path) is SpecMode.DRAFTER
+    assert spec_mode("off", tmp_path) is SpecMode.OFF and spec_mode("prompt_lookup", tmp_path) is SpecMode.PROMPT_LOOKUP
