@@ -93,10 +93,11 @@ def recv_published(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[bytes, Mes
 class RoutedDecodeError(MalformedFrame):
     """A bad payload from a known sender: carries the envelope so the sender gets an answer."""
 
-    def __init__(self, envelope: list[bytes], cause: Exception) -> None:
+    def __init__(self, envelope: list[bytes], cause: Exception, payload: bytes = b"") -> None:
         super().__init__(str(cause))
         self.envelope = envelope
         self.cause = cause
+        self.payload = payload  # the undecodable frame, for a receiver that can say more about it
 
 
 def recv_routed(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[list[bytes], Message]:
@@ -112,7 +113,7 @@ def recv_routed(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[list[bytes], 
     try:
         return envelope, codec.decode(payload)
     except Exception as exc:
-        raise RoutedDecodeError(envelope, exc) from exc
+        raise RoutedDecodeError(envelope, exc, payload) from exc
 
 
 def send_routed(sock: zmq.Socket[Any], envelope: list[bytes], msg: Message) -> bool:

@@ -135,6 +135,7 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "nodeSystem": {n: {"accelerator": accelerator_json(i.accelerator)} for n, i in nodes.items()
                        if i.accelerator is not None},
         "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
+        "clusterWarnings": cluster_warnings(nodes),
         "masterNodeId": state.master_node_id,
         "restartingNodes": {n: iso(until) for n, until in state.restarting.items()},
         "deletedInstances": {i: {"modelId": d.model_id, "reason": d.reason, "cause": d.cause or None,
@@ -143,6 +144,20 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
                                  "replacedBy": d.replaced_by or None}
                              for i, d in state.deleted.items()},
     }
+
+
+def cluster_warnings(nodes: dict[str, NodeInfo]) -> list[dict[str, Any]]:
+    """What concerns the whole cluster (upstream's ClusterWarnings): nodes on different skulk
+    versions (a rolling upgrade in progress, or one forgotten)."""
+    by_version: dict[str, list[str]] = {}
+    for node_id, info in sorted(nodes.items()):
+        by_version.setdefault(info.skulk_version, []).append(info.friendly_name or node_id)
+    if len(by_version) < 2:
+        return []
+    detail = "; ".join(f"{v} on {', '.join(names)}" for v, names in sorted(by_version.items()))
+    return [{"code": "version_mismatch", "versions": by_version,
+             "message": f"nodes run different skulk versions ({detail}): finish the upgrade node by node "
+                        "(POST /admin/restart?node_id=... drains each)"}]
 
 
 def accelerator_json(acc: Accelerator | None) -> dict[str, Any] | None:
@@ -184,7 +199,8 @@ STATE: Schema = obj({
     "lastEventAppliedIdx": INTEGER, "nodeNetwork": ANY_OBJECT, "nodeMemory": ANY_OBJECT,
     "nodeIdentities": ANY_OBJECT, "nodeDisk": ANY_OBJECT, "nodeSystem": ANY_OBJECT,
     "nodeHealth": map_of(obj({"level": enum("ok", "warn", "error"), "reasons": array(ANY_OBJECT)})),
-    "masterNodeId": STRING, "restartingNodes": map_of(STRING), "deletedInstances": ANY_OBJECT})
+    "masterNodeId": STRING, "restartingNodes": map_of(STRING), "deletedInstances": ANY_OBJECT,
+    "clusterWarnings": array(obj({"code": STRING, "message": STRING}))})
 """`state_json`: every top-level key with its type (the inner telemetry maps are open)."""
 MODEL_ENTRY: Schema = obj({
     "id": STRING, "object": enum("model"), "created": INTEGER, "owned_by": STRING, "name": STRING,

@@ -31,12 +31,13 @@ from skulk.supervisor.model_store import same_name
 from skulk.supervisor.node_identity import remember, remembered
 from skulk.wire import curve
 from skulk.wire.cluster import Member, Membership, PeerHello
-from skulk.wire.errors import UnexpectedMessage, WireError
+from skulk.wire.errors import UnexpectedMessage, UnknownMessage, WireError
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send
 from skulk.wire.eventlog_files import read_mode
 from skulk.wire.state import NodeInfo
 from skulk.wire.topics import EVT_CLUSTER
+from skulk.wire.version import peer_versions, skew_refusal, skulk_version
 
 log = logging.getLogger("skulk.gossip")
 
@@ -57,6 +58,11 @@ REFUSALS = Refusals("gossip: cluster port", log)
 
 
 def _rejected(exc: WireError) -> None:
+    if isinstance(exc, RoutedDecodeError) and isinstance(exc.cause, UnknownMessage) \
+            and (theirs := peer_versions(exc.payload)) is not None:  # a newer node: never half-joined
+        REFUSALS.refuse(peer_of(exc.envelope), UnknownMessage(skew_refusal(theirs, skulk_version(), PeerHello.VERSION)),
+                        time.monotonic())
+        return
     REFUSALS.refuse(peer_of(exc.envelope) if isinstance(exc, RoutedDecodeError) else "", exc, time.monotonic())
 
 

@@ -88,6 +88,8 @@ function App() {
     <header class="top"><h1>Skulk</h1><${Summary} state=${state.data} cluster=${list[0]} health=${health.data} />
       <${KeyBox} /><${Nav} /></header>
     <${ErrorBanner} errors=${[state.error, clusters.error, health.error]} />
+    ${((state.data && state.data.clusterWarnings) || []).map((w) => html`<div class="error" data-testid="cluster-warning"
+      key=${w.code}><strong>${w.code}</strong>: ${w.message}</div>`)}
     <main>
       <section id="nodes"><h2>Nodes</h2><${NodesPanel} state=${state.data} cluster=${list[0]} /></section>
       <section id="instances"><h2>Instances</h2>
