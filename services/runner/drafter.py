@@ -16,28 +16,42 @@ PREFILL_CHUNK = 512
 
 class Drafter:
     def __init__(self, model: Any) -> None:
+        self.model = model
+        self._fresh()
+
+    def _fresh(self) -> None:
         from mlx_lm.models.cache import make_prompt_cache
 
-        self.model = model
-        self.cache = make_prompt_cache(model)
+        self.cache = make_prompt_cache(self.model)
         self.seen: list[int] = []  # the tokens in `cache`, in order
 
+    def _keep(self, n: int) -> None:
+        """Keep the first `n` cached tokens (a cache that cannot trim starts over)."""
+        drop = len(self.seen) - n
+        if drop <= 0:
+            return
+        if not all(c.is_trimmable() for c in self.cache) or \
+                any(c.trim(drop) != drop for c in self.cache):
+            self._fresh()
+            return
+        del self.seen[n:]
+
     def propose(self, context: Sequence[int], k: int) -> list[int]:
+        """Up to `k` drafts after `context`; [] while the drafter is still catching up with a long
+        new context (one `PREFILL_CHUNK` per call, so a step stays bounded: the plain step runs)."""
         import mlx.core as mx
 
         common, limit = 0, min(len(self.seen), len(context) - 1)  # the last token is always fed
         while common < limit and self.seen[common] == context[common]:
             common += 1
-        if len(self.seen) > common:
-            for c in self.cache:
-                c.trim(len(self.seen) - common)
-            del self.seen[common:]
-        feed, drafts = list(context[common:]), []
-        while len(feed) > PREFILL_CHUNK:  # a long new context in bounded pieces
-            head, feed = feed[:PREFILL_CHUNK], feed[PREFILL_CHUNK:]
+        self._keep(common)
+        feed, drafts = list(context[len(self.seen):]), []
+        if len(feed) > PREFILL_CHUNK:
+            head = feed[:PREFILL_CHUNK]
             self.model(mx.array([head]), cache=self.cache)
             mx.eval([c.state for c in self.cache])
             self.seen.extend(head)
+            return []
         for _ in range(k):
             logits = self.model(mx.array([feed]), cache=self.cache)[0, -1]
             token = int(mx.argmax(logits).item())

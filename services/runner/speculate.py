@@ -99,6 +99,21 @@ def step(gen: Any, settings: SpecSettings, rows: dict[int, bool], drafter: Any =
     uid = gb.uids[0]
     if uid not in rows or (gb.logits_processors and gb.logits_processors[0]):
         return None
+    if not all(c.is_trimmable() for c in gb.prompt_cache):  # state-space layers, a full sliding window:
+        return None  # rejected drafts could not be taken back out
+    with mx.stream(gen.stream):  # where mlx-lm computes this batch (no sync between streams)
+        out = _verify(gb, uid, settings, rows[uid], drafter)
+    if out is not None:
+        gen._counters.generation_tokens += len(out)  # noqa: SLF001 - as BatchGenerator counts its steps
+        gen._counters.generation_steps += 1  # noqa: SLF001
+        if gen._counters.generation_steps % 512 == 0:  # noqa: SLF001 - and frees its buffers
+            mx.clear_cache()
+    return out
+
+
+def _verify(gb: Any, uid: int, settings: SpecSettings, greedy: bool, drafter: Any) -> list[Emitted] | None:
+    import mlx.core as mx
+
     y = int(gb._next_tokens[0].item())  # noqa: SLF001 - sampled by the last step, not yet fed in
     y_logprobs = gb._next_logprobs[0]  # noqa: SLF001
     room = gb.max_tokens[0] - gb._num_tokens[0] - 1  # noqa: SLF001 - tokens after y it may still emit
@@ -111,7 +126,7 @@ def step(gen: Any, settings: SpecSettings, rows: dict[int, bool], drafter: Any =
         return None
     logits = gb.model(mx.array([[y, *drafts]]), cache=gb.prompt_cache)[0]
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    if rows[uid]:
+    if greedy:
         choices = mx.argmax(logprobs, axis=-1).tolist()
     else:  # mlx-lm's rule: the row's own sampler draws at every position, a draft stays while it
         # equals the draw, so each kept token is a draw from the target given the ones before it
@@ -119,24 +134,28 @@ def step(gen: Any, settings: SpecSettings, rows: dict[int, bool], drafter: Any =
         choices = [int(sampler(logprobs[i:i + 1]).item()) for i in range(len(drafts) + 1)]
     a = accepted(drafts, choices)
     tokens, lps = [y, *drafts[:a]], [y_logprobs, *(logprobs[i] for i in range(a))]
-    out: list[Emitted] = []
-    for j, (tok, lp) in enumerate(zip(tokens, lps)):
+    finishes: list[str | None] = []
+    for tok in tokens:  # where the row ends, if it ends in this step (EOS, a stop sequence, length)
         gb._num_tokens[0] += 1  # noqa: SLF001
         finish = "length" if gb._num_tokens[0] >= gb.max_tokens[0] else None  # noqa: SLF001
         if gb._matchers[0].advance(tok):  # noqa: SLF001
             finish = "stop"
-        counts = {"accepted": a, "rejected": len(drafts) - a} if j == 0 else {}
-        if finish is None:
-            out.append(Emitted(uid, tok, lp, None, **counts))
-            continue
-        _trim(gb.prompt_cache, len(drafts) - j)  # the cache ends at this token
-        gb.tokens[0].extend(tokens[:j + 1])
-        out.append(Emitted(uid, tok, lp, finish, gb.extract_cache(0), gb.tokens[0], **counts))
+        finishes.append(finish)
+        if finish is not None:
+            break
+    end = len(finishes) - 1  # the last token given (drafts kept: the `end` after y)
+    counts = {"accepted": end, "rejected": len(drafts) - end}
+    out = [Emitted(uid, tok, lp, fin, **(counts if j == 0 else {}))
+           for j, (tok, lp, fin) in enumerate(zip(tokens, lps, finishes))]
+    _trim(gb.prompt_cache, len(drafts) - end)  # the cache ends at the last token given
+    gb.tokens[0].extend(tokens[:end + 1])
+    if finishes[-1] is not None:
+        last = out[-1]
+        out[-1] = Emitted(uid, last.token, last.logprobs, last.finish, gb.extract_cache(0), gb.tokens[0],
+                          last.accepted, last.rejected)
         gb.filter([])
         return out
-    _trim(gb.prompt_cache, len(drafts) - a)
-    gb.tokens[0].extend(tokens)
-    gb._next_tokens = mx.array([choices[a]])  # noqa: SLF001 - the target's own next token
+    gb._next_tokens = mx.array([choices[a]], dtype=mx.uint32)  # noqa: SLF001 - the target's own next token
     gb._next_logprobs = [logprobs[a]]  # noqa: SLF001
     return out
 

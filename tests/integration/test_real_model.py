@@ -358,7 +358,7 @@ def test_a_sampled_request_speculates_and_a_seeded_one_repeats(spec_node):
 def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_nodes, real_model, real_node,
                                                                           reference):
     """The mechanism's upper bound: a drafter identical to the model proposes what it would say;
-    the answers stay the model's own, and nearly every draft is kept."""
+    the answers stay the model's own, and every draft is kept but those past an answer's end."""
     node = module_nodes("drafter", config={"speculative": {"mode": "drafter", "drafter": REAL}},
                         args=("--place", REAL), models={REAL_DIR: real_model})
     wait_model_ready(node, timeout=180)
@@ -366,7 +366,7 @@ def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_
     (ready,) = [r["RunnerReady"] for r in runners.values() if "RunnerReady" in r]
     assert ready["speculation"] == f"drafter x4, up to 1 stream (drafter {REAL})", ready
     kept, thrown = same_as_plain(node, real_node, reference)
-    assert kept > 0 and thrown <= kept // 10, (kept, thrown)
+    assert kept > 0 and thrown <= kept // 4, (kept, thrown)  # thrown: drafts past an answer's end
     print(f"self-drafter: {kept} drafts kept, {thrown} thrown over the identity checks")
 
 
