@@ -275,6 +275,9 @@ def parser() -> argparse.ArgumentParser:
     from skulk.scripts.model_add import add_parser  # stdlib-only at import: cheap at parse time
 
     add_parser(model_sub, cmd_model_add)
+    from skulk.scripts import service  # stdlib-only at import: cheap at parse time
+
+    service.add_parser(sub)
     return p
 
 
