@@ -67,18 +67,18 @@ def _package(prefix: str) -> str:
     return ""
 
 
-def _nvidia_gpus() -> list[tuple[str, int]]:
+def nvidia_smi(*fields: str) -> list[list[str]]:
+    """One row of `fields` per NVIDIA GPU, as nvidia-smi reports them ([] where it cannot answer)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    gpus = []
-    for line in out.splitlines():
-        name, _, mib = line.rpartition(",")
-        if name.strip() and mib.strip().isdigit():
-            gpus.append((name.strip(), int(mib.strip()) * 2**20))
-    return gpus
+    return [[v.strip() for v in line.rsplit(",", len(fields) - 1)] for line in out.splitlines() if line.strip()]
+
+
+def _nvidia_gpus() -> list[tuple[str, int]]:
+    return [(name, int(mib) * 2**20) for name, mib in nvidia_smi("name", "memory.total") if name and mib.isdigit()]
 
 
 def _cpu_name(system: str) -> str:

@@ -202,9 +202,7 @@ class MlxBatchEngine:
         if self.spec.mode is not SpecMode.OFF and (spec := speculate.step(gen, self.spec, self.spec_rows, self.drafter)) is not None:
             for e in spec:
                 if e.finish is not None:
-                    self.spec_rows.pop(e.uid, None)
-                    if self.prefix is not None and e.prompt_cache is not None:
-                        self.prefix.insert_cache(CACHE_KEY, list(e.all_tokens or ()), e.prompt_cache)
+                    self._row_ended(e.uid, e.all_tokens, e.prompt_cache)
             return StepOutput([], [TokenOut(e.uid, e.token, e.logprobs, e.finish, e.accepted, e.rejected)
                                    for e in spec])
         prefilling = len(gen._prompt_batch) + min(len(gen._unprocessed_sequences), self.max_batch)  # noqa: SLF001
@@ -216,10 +214,14 @@ class MlxBatchEngine:
         for r in generation_responses:
             tokens.append(TokenOut(r.uid, int(r.token), r.logprobs, r.finish_reason))
             if r.finish_reason is not None:
-                self.spec_rows.pop(r.uid, None)
-            if r.finish_reason is not None and self.prefix is not None and r.prompt_cache is not None:
-                self.prefix.insert_cache(CACHE_KEY, list(r.all_tokens), r.prompt_cache)
+                self._row_ended(r.uid, r.all_tokens, r.prompt_cache)
         return StepOutput(prompts, tokens)
+
+    def _row_ended(self, uid: int, all_tokens: list[int] | None, cache: Any) -> None:
+        """A row the engine ended (length, EOS, a stop sequence): its cache goes to the prefix cache."""
+        self.spec_rows.pop(uid, None)
+        if self.prefix is not None and cache is not None:
+            self.prefix.insert_cache(CACHE_KEY, list(all_tokens or ()), cache)
 
     def active(self) -> int:
         gen = self.gen

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from skulk.services.runner.quant_path import QuantMode, choose, fits
+from skulk.wire.accelerator import nvidia_smi
 from skulk.wire.model_cards import runtime_bytes
 
 log = logging.getLogger("skulk.runner")
@@ -27,12 +27,8 @@ def free_gpu_bytes() -> int | None:
     if metal is not None and metal.is_available():
         info = metal.device_info()
         return int(info.get("max_recommended_working_set_size", 0)) - int(mx.get_active_memory())
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=5, check=True).stdout.split()
-        return int(out[0]) * 2**20 if out and out[0].isdigit() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
+    rows = nvidia_smi("memory.free")  # the first GPU: the one mlx uses
+    return int(rows[0][0]) * 2**20 if rows and rows[0][0].isdigit() else None
 
 
 def decode_ms(model: Any, rows: int) -> float:

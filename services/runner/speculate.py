@@ -94,7 +94,7 @@ def step(gen: Any, settings: SpecSettings, rows: dict[int, bool], drafter: Any =
             or gen._unprocessed_sequences or len(gen._prompt_batch):  # noqa: SLF001
         return None
     gb = gen._generation_batch  # noqa: SLF001
-    if not 0 < len(gb) <= settings.max_streams or len(gb) != 1 or gb._next_tokens is None:  # noqa: SLF001
+    if len(gb) != 1 or len(gb) > settings.max_streams or gb._next_tokens is None:  # noqa: SLF001
         return None
     uid = gb.uids[0]
     if uid not in rows or (gb.logits_processors and gb.logits_processors[0]):

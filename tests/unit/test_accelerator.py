@@ -33,3 +33,13 @@ def test_what_cannot_be_had_is_said_not_hidden():
     shadowed = choose("", "Linux", "x86_64", "mlx-cuda-13", H200, "EPYC", 0, "mlx-cpu")
     assert shadowed.kind == "cuda" and "pip uninstall mlx-cpu" in shadowed.note
     assert "not cpu or cuda" in choose("gpu", "Linux", "x86_64", "", [], "EPYC", 0).note
+
+
+def test_nvidia_smi_rows_keep_a_name_whole(monkeypatch):
+    import subprocess
+
+    from skulk.wire import accelerator
+
+    out = "NVIDIA H200, 143771\nNVIDIA H100 80GB HBM3, 81559\n"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, out, ""))
+    assert accelerator._nvidia_gpus() == [("NVIDIA H200", 143771 * 2**20), ("NVIDIA H100 80GB HBM3", 81559 * 2**20)]
