@@ -1,1 +1,1 @@
-"""Operator tools: the `skulk` command line, admin client, tap, installers, benchmarks."""
+"""Operator tools: the `skulk` command line, admin client, tap, model builders, service installers."""

@@ -11,6 +11,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from skulk.wire.state import SERVING_KINDS
+
 
 def auth_headers() -> dict[str, str]:
     """`SKULK_API_KEY` as a bearer token, for a node with `api.keys` (none when unset)."""
@@ -56,7 +58,7 @@ def instance_ready(instance_id: str | None = None, model: str | None = None) -> 
                 continue
             kinds = [next(iter(state["runners"].get(r, {"none": {}})))
                      for r in ring["shardAssignments"]["runnerToShard"]]
-            if all(k in ("RunnerReady", "RunnerRunning") for k in kinds):
+            if all(k in SERVING_KINDS for k in kinds):
                 return iid
         return None
     return check

@@ -9,7 +9,6 @@ failures onto the exit-code contract.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import heapq
 import logging
@@ -19,8 +18,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -30,6 +27,7 @@ from skulk.services import faults
 from skulk.supervisor import exitcodes, logsetup
 from skulk.supervisor.child import DEFERRED_SIGNALS
 from skulk.supervisor.exits import STOP_SIGNALS
+from skulk.supervisor.role_args import ChildArgs
 from skulk.wire import curve, endpoints, refusals
 from skulk.wire.control import ChildReady, Heartbeat
 from skulk.wire.errors import WireError
@@ -42,35 +40,6 @@ log = logging.getLogger("skulk.service")
 
 STATUS_INTERVAL_S = 2.0
 """How often each role publishes ServiceStatus on the bus (what the tap shows)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChildArgs:
-    child_id: str
-    title: str
-    home: Path
-    run_dir: Path
-    heartbeat_s: float
-    rest: list[str]
-    log: logsetup.LogSettings = logsetup.LogSettings()
-
-
-def parse_child_args(argv: list[str]) -> ChildArgs:
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    p.add_argument("--child-id", required=True)
-    p.add_argument("--title", required=True)
-    p.add_argument("--home", type=Path, required=True)
-    p.add_argument("--run-dir", type=Path, required=True)
-    p.add_argument("--heartbeat-s", type=float, default=1.0)
-    # every role's logging, from `LogSettings.argv` (supervisor/tree.py adds it to each child)
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
-    p.add_argument("--log-node", default="")
-    p.add_argument("--log-file-mb", type=int, default=logsetup.FILE_MB)
-    p.add_argument("--log-files", type=int, default=logsetup.FILE_BACKUPS)
-    ns, rest = p.parse_known_args(argv)
-    log_settings = logsetup.LogSettings(json=ns.log_format == "json", node=ns.log_node,
-                                        file_mb=ns.log_file_mb, files=ns.log_files)
-    return ChildArgs(ns.child_id, ns.title, ns.home, ns.run_dir, ns.heartbeat_s, rest, log_settings)
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -263,13 +232,14 @@ class ServiceLoop:
 
 
 def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> None:
-    """Entry point of every plain service: boot, report ready, loop, exit by the contract."""
-    args = parse_child_args(sys.argv[1:])
+    """Entry point of every plain service: boot, report ready, loop, exit by the contract.
+    `setup` gets the role's own arguments (what follows `ChildArgs`)."""
+    args, rest = ChildArgs.split(sys.argv[1:])
     runtime = ChildRuntime(role, args)
     try:
         loop = ServiceLoop(runtime)
         faults.inject(role, "boot")
-        setup(loop, args.rest)
+        setup(loop, rest)
         loop.booting = False
     except BootStopped as stop:
         log.info("%s: %s while booting, stopping", args.child_id, signal.Signals(stop.signum).name)

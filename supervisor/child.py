@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from skulk.supervisor.role_args import ChildArgs
 from skulk.supervisor.spec import ChildSpec
 
 DEFERRED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
@@ -33,6 +34,15 @@ def metrics_dir(run_dir: Path) -> Path:
     return run_dir / "metrics"
 
 
+def child_argv(spec: ChildSpec, child_id: str, home: Path, run_dir: Path,
+               extra_args: tuple[str, ...] = ()) -> list[str]:
+    """The command line of one child: what every child gets (`ChildArgs`), then its role's."""
+    title = spec.title if child_id == spec.id else f"{spec.title} {child_id}"
+    shared = ChildArgs(child_id=child_id, title=title, home=home, run_dir=run_dir,
+                       heartbeat_s=spec.heartbeat_s, log=spec.log)
+    return [sys.executable, "-m", spec.module, *shared.to_argv(), *spec.args, *extra_args]
+
+
 class ChildProcess:
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
@@ -42,12 +52,7 @@ class ChildProcess:
     @classmethod
     def spawn(cls, spec: ChildSpec, *, child_id: str, home: Path, run_dir: Path,
               extra_args: tuple[str, ...] = ()) -> ChildProcess:
-        title = spec.title if child_id == spec.id else f"{spec.title} {child_id}"
-        argv = [sys.executable, "-m", spec.module,
-                "--child-id", child_id, "--title", title,
-                "--home", str(home), "--run-dir", str(run_dir),
-                "--heartbeat-s", repr(spec.heartbeat_s),
-                *spec.args, *extra_args]
+        argv = child_argv(spec, child_id, home, run_dir, extra_args)
         env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
                    **{METRICS_ENV: str(metrics_dir(run_dir))})
         # The signal mask is inherited across fork and exec; ours is restored at once (a signal

@@ -1,8 +1,8 @@
 """Logging for every Skulk process: human-readable stderr plus a rotated per-process file,
 and, with `logging.enabled`, one JSON object per line on stdout for a shipper (Vector).
 
-Every child gets the same settings as arguments (`LogSettings.argv`, parsed by
-`services/base.py`), so no child reads the YAML or the environment for them.
+Every child gets the same settings as arguments (`--log-*`, `role_args.ChildArgs`), so no
+child reads the YAML or the environment for them.
 """
 
 from __future__ import annotations
@@ -28,11 +28,6 @@ class LogSettings:
     node: str = ""
     file_mb: int = FILE_MB
     files: int = FILE_BACKUPS
-
-    def argv(self) -> tuple[str, ...]:
-        """These settings as a child's command-line arguments (see `services/base.py`)."""
-        return ("--log-format", "json" if self.json else "text", "--log-node", self.node,
-                "--log-file-mb", str(self.file_mb), "--log-files", str(self.files))
 
 
 class JsonFormatter(logging.Formatter):

@@ -30,7 +30,7 @@ from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
 from skulk.wire.refusals import Refusals, peer_of
-from skulk.wire.events import ChildLifecycle
+from skulk.wire.events import ChildLifecycle, LifecycleEvent
 from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, publish, recv_routed,
                                 send_routed)
 from skulk.wire.topics import EVT_SUPERVISOR
@@ -63,7 +63,7 @@ class NodeLoop:
         return ChildProcess.spawn(spec, child_id=child_id, home=self.cfg.home,
                                   run_dir=self.run_dir, extra_args=extra)
 
-    def _emit(self, child_id: str, sup: str, event: str, pid: int | None, restarts: int,
+    def _emit(self, child_id: str, sup: str, event: LifecycleEvent, pid: int | None, restarts: int,
               detail: str, exit_code: int | None = None) -> None:
         publish(self.events, EVT_SUPERVISOR, ChildLifecycle(
             child_id=child_id, supervisor=sup, event=event, pid=pid, restarts=restarts,
@@ -166,7 +166,8 @@ class NodeLoop:
         # Told before any child stops: the master has the leader mark this node restarting
         # (routing sends it nothing new, the node and its instances are kept while it is away)
         # and says when the drain is over; a stop clears that mark.
-        self._emit("node", self.spec.id, "restarting" if verb == "restart" else "stopping", None, 0, why)
+        self._emit("node", self.spec.id, LifecycleEvent.RESTARTING if verb == "restart" else LifecycleEvent.STOPPING,
+                   None, 0, why)
         if verb == "restart" and drain and self.drain is None:
             self.drain = node_drain.begin(now, self.cfg.drain_timeout_s)
             if self.drain is not None:
@@ -185,7 +186,7 @@ class NodeLoop:
             self._drained(now, "restart: drain deadline passed")
         elif node_drain.announce_due(self.drain, now):
             self.drain = node_drain.announced(self.drain, now)
-            self._emit("node", self.spec.id, "restarting", None, 0,
+            self._emit("node", self.spec.id, LifecycleEvent.RESTARTING, None, 0,
                        f"draining, {self.drain.deadline - now:.0f}s left")
 
     def _drained(self, now: float, why: str) -> None:

@@ -6,16 +6,16 @@ local models dir, as before). Strict like the rest of the file: an unknown key a
 a missing `store_host` or `store_path`, a bad port, a negative budget, or a staging dir that
 is, lies in or holds the store is a `ConfigError` naming the key, so the node stops at start
 instead of staging into its own store. `staging_for` (pure) applies `node_overrides`;
-`store_argv` and `store_from_args` carry one node's slice to its `store` and `master` roles.
+`StoreSlice` carries one node's slice to its roles as command-line arguments.
 """
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from skulk.supervisor.argv import Argv
 from skulk.supervisor.config_values import ConfigError, absolute_path, mapping, typed
 
 DEFAULT_STORE_PORT = 58080
@@ -185,57 +185,42 @@ def is_store_host(store: ModelStoreConfig, names: tuple[str, ...], node_id: str)
 
 # ---- the roles' slice: command-line arguments and back ---------------------------------------
 
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreSlice(Argv):
+    """One node's store settings as its `store`, `worker` and `api` roles get them (a role's
+    `store: StoreSlice | None`; None: no store): `node_overrides` already applied and whether
+    this node is the store host decided, so a role never sees another node's override and
+    every role agrees on the host."""
 
+    store_host: str  # a node name or node id
+    store_path: Path
+    store_http_host: str | None = None
+    store_port: int = DEFAULT_STORE_PORT
+    staging_enabled: bool = True
+    staging_root: Path | None = None  # None: <home>/staging
+    staging_keep_gb: float = DEFAULT_KEEP_GB
+    cleanup_on_deactivate: bool = True
+    allow_hf_fallback: bool = True
+    is_store_host: bool | None = None  # None: decided by name (a store role started by hand)
 
-def _parse_flag(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise argparse.ArgumentTypeError(f"expected 0 or 1, got {text!r}")
-    return text == "1"
+    @classmethod
+    def for_node(cls, store: ModelStoreConfig | None, names: tuple[str, ...], node_id: str) -> StoreSlice | None:
+        """This node's slice (`names`: every name the config may call it by,
+        `node_identity.names`); None when the store is absent or off."""
+        if store is None or not store.enabled:
+            return None
+        staging = staging_for(store, names, node_id)
+        return cls(store_host=store.store_host, store_path=store.store_path, store_http_host=store.store_http_host,
+                   store_port=store.store_port, staging_enabled=staging.enabled,
+                   staging_root=staging.node_cache_path, staging_keep_gb=staging.staging_keep_recent_gb,
+                   cleanup_on_deactivate=staging.cleanup_on_deactivate, allow_hf_fallback=store.allow_hf_fallback,
+                   is_store_host=is_store_host(store, names, node_id))
 
-
-def store_argv(store: ModelStoreConfig | None, names: tuple[str, ...], node_id: str) -> tuple[str, ...]:
-    """This node's store settings as arguments (none when the store is off), with its
-    `node_overrides` already applied and whether it is the store host decided (`names`: every
-    name the config may call it by, `node_identity.names`): a role never sees another node's
-    override, and every role agrees on the host."""
-    if store is None or not store.enabled:
-        return ()
-    staging = staging_for(store, names, node_id)
-    http = ("--store-http-host", store.store_http_host) if store.store_http_host else ()
-    return ("--store-host", store.store_host, *http, "--store-port", str(store.store_port),
-            "--store-path", str(store.store_path), "--staging-enabled", _flag(staging.enabled),
-            "--staging-root", str(staging.node_cache_path),
-            "--staging-keep-gb", repr(staging.staging_keep_recent_gb),
-            "--cleanup-on-deactivate", _flag(staging.cleanup_on_deactivate),
-            "--allow-hf-fallback", _flag(store.allow_hf_fallback),
-            "--is-store-host", _flag(is_store_host(store, names, node_id)))
-
-
-def add_store_arguments(p: argparse.ArgumentParser) -> None:
-    """The arguments `store_argv` writes (the `store` and `master` roles read them)."""
-    p.add_argument("--store-host", default=None, help="model store host (node name or id); absent: no store")
-    p.add_argument("--store-http-host", default=None)
-    p.add_argument("--store-port", type=int, default=DEFAULT_STORE_PORT)
-    p.add_argument("--store-path", type=Path, default=None)
-    p.add_argument("--staging-enabled", type=_parse_flag, default=True)
-    p.add_argument("--staging-root", type=Path, default=None)
-    p.add_argument("--staging-keep-gb", type=float, default=DEFAULT_KEEP_GB)
-    p.add_argument("--cleanup-on-deactivate", type=_parse_flag, default=True)
-    p.add_argument("--allow-hf-fallback", type=_parse_flag, default=True)
-    p.add_argument("--is-store-host", type=_parse_flag, default=None)  # absent: by name (the store role)
-
-
-def store_from_args(ns: argparse.Namespace, home: Path) -> ModelStoreConfig | None:
-    """What `add_store_arguments` parsed, as this node's settings (no overrides left to apply);
-    None when the node runs without a store."""
-    if ns.store_host is None or ns.store_path is None:
-        return None
-    staging = StagingConfig(enabled=ns.staging_enabled,
-                            node_cache_path=ns.staging_root or home / STAGING_DIR,
-                            cleanup_on_deactivate=ns.cleanup_on_deactivate,
-                            staging_keep_recent_gb=ns.staging_keep_gb)
-    return ModelStoreConfig(store_host=ns.store_host, store_path=ns.store_path, staging=staging,
-                            store_http_host=ns.store_http_host, store_port=ns.store_port,
-                            allow_hf_fallback=ns.allow_hf_fallback)
+    def config(self, home: Path) -> ModelStoreConfig:
+        """As this node's settings (no overrides left to apply)."""
+        staging = StagingConfig(enabled=self.staging_enabled, node_cache_path=self.staging_root or home / STAGING_DIR,
+                                cleanup_on_deactivate=self.cleanup_on_deactivate,
+                                staging_keep_recent_gb=self.staging_keep_gb)
+        return ModelStoreConfig(store_host=self.store_host, store_path=self.store_path, staging=staging,
+                                store_http_host=self.store_http_host, store_port=self.store_port,
+                                allow_hf_fallback=self.allow_hf_fallback)

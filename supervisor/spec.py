@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from skulk.supervisor.logsetup import LogSettings
+
 Restart = Literal["permanent", "transient", "temporary"]
 Strategy = Literal["one_for_one", "rest_for_one", "one_for_all", "simple_one_for_one"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildSpec:
-    """One OS process: `python -m <module> <args>`, shown as `skulk: <title>`.
+    """One OS process: `python -m <module> <ChildArgs> <args>`, shown as `skulk: <title>`.
 
     `ready_timeout_s` bounds boot (for runners: load + warmup); after ready the child must
     heartbeat every `heartbeat_s` or be killed after `liveness` missed beats (or, inside one
@@ -21,7 +23,8 @@ class ChildSpec:
     id: str
     module: str
     title: str
-    args: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()  # the role's own (`role_args.py`), after the `ChildArgs` every child gets
+    log: LogSettings = LogSettings()
     restart: Restart = "permanent"
     shutdown_s: float = 5.0
     ready_timeout_s: float = 15.0

@@ -19,14 +19,15 @@ from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.strategy import affected, should_restart
-from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, forgive, verdict
+from skulk.supervisor.watchdog import ChildClock, Verdict, boot_backoff_s, forgive, verdict
 from skulk.wire.control import ChildStatus
+from skulk.wire.events import LifecycleEvent
 
 log = logging.getLogger("skulk.supervisor")
 
 Spawn = Callable[[ChildSpec, str, tuple[str, ...]], ChildProcess]
 Emit = Callable[..., None]
-"""emit(child_id, supervisor_id, event, pid, restarts, detail[, exit_code])"""
+"""emit(child_id, supervisor_id, event (a LifecycleEvent), pid, restarts, detail[, exit_code])"""
 
 
 @dataclass
@@ -131,7 +132,7 @@ class Supervisor:
         if slot.state == "starting" and slot.clock is not None:
             slot.state, slot.clock, slot.boot_failures = "running", slot.clock.ready(now), 0
             log.info("%s ready (pid %d)", child_id, pid)
-            self.emit(child_id, self.spec.id, "ready", pid, slot.restarts, "")
+            self.emit(child_id, self.spec.id, LifecycleEvent.READY, pid, slot.restarts, "")
         return True
 
     def on_beat(self, child_id: str, pid: int, now: float, step: str = "", step_age_s: float = 0.0) -> bool:
@@ -158,11 +159,11 @@ class Supervisor:
             "escalated" if returncode == exitcodes.ESCALATED else "stopped")
         if classify_exit(prev, returncode, self.stopping()) is ExitKind.STOPPED:
             log.info("%s stopped (pid %s, %s)", child_id, pid, detail)
-            self.emit(child_id, self.spec.id, "stopped", pid, slot.restarts, detail, returncode)
+            self.emit(child_id, self.spec.id, LifecycleEvent.STOPPED, pid, slot.restarts, detail, returncode)
             self._drive(now)
             return
         log.warning("%s exited unexpectedly (pid %s, %s, was %s)", child_id, pid, detail, prev)
-        self.emit(child_id, self.spec.id, "exited", pid, slot.restarts, detail, returncode)
+        self.emit(child_id, self.spec.id, LifecycleEvent.EXITED, pid, slot.restarts, detail, returncode)
         if self.stopping() or any(child_id in op.restarting for op in self._ops):
             self._drive(now)
             return
@@ -180,7 +181,7 @@ class Supervisor:
         if exceeded:
             log.error("supervisor %s: restart intensity %d in %.0fs exceeded by %s; escalating",
                       self.spec.id, self.spec.intensity, self.spec.period_s, slot.id)
-            self.emit(slot.id, self.spec.id, "escalate", None, slot.restarts,
+            self.emit(slot.id, self.spec.id, LifecycleEvent.ESCALATE, None, slot.restarts,
                       f"budget {self.spec.intensity}/{self.spec.period_s:.0f}s exhausted")
             self._terminate(now, exitcodes.ESCALATED, f"{slot.id} exhausted the restart budget")
             return
@@ -225,14 +226,14 @@ class Supervisor:
             elif slot.clock is not None and slot.state in ("starting", "running"):
                 slot.clock = forgive(slot.clock, now)
 
-    def _watchdog_kill(self, slot: WorkerSlot, why: str, now: float) -> None:
+    def _watchdog_kill(self, slot: WorkerSlot, why: Verdict, now: float) -> None:
         assert slot.proc is not None and slot.clock is not None
-        if why == "ready_timeout":
+        if why == LifecycleEvent.READY_TIMEOUT:
             log.critical("%s (pid %d) did not report ready within %.1fs; killing it. If this "
                          "recurs on the same machine and the child uses the GPU, the GPU may be "
                          "wedged: reboot that machine.", slot.id, slot.proc.pid,
                          slot.clock.ready_timeout_s)
-        elif why == "step_deadline":
+        elif why == LifecycleEvent.STEP_DEADLINE:
             log.error("%s (pid %d) has been inside one step (%s) for %.1fs, past its step deadline "
                       "(runner.step_deadline_s %.0fs); killing it", slot.id, slot.proc.pid, slot.clock.step,
                       now - (slot.clock.step_since or now), slot.clock.step_deadline_s)
@@ -306,13 +307,13 @@ class Supervisor:
         slot.clock = ChildClock(now, slot.spec.ready_timeout_s, slot.spec.heartbeat_s,
                                 slot.spec.liveness, step_deadline_s=slot.spec.step_deadline_s)
         log.info("%s started (pid %d)", slot.id, slot.proc.pid)
-        self.emit(slot.id, self.spec.id, "started", slot.proc.pid, slot.restarts, "")
+        self.emit(slot.id, self.spec.id, LifecycleEvent.STARTED, slot.proc.pid, slot.restarts, "")
 
     def _start_supervisor(self, slot: SupervisorSlot, now: float) -> None:
         slot.sup = Supervisor(slot.spec, self.spawn, self.emit, self.handle_exit, parent=self)
         slot.state, slot.started_at = "running", now
         slot.sup.start(now)
-        self.emit(slot.id, self.spec.id, "started", None, slot.restarts, "supervisor")
+        self.emit(slot.id, self.spec.id, LifecycleEvent.STARTED, None, slot.restarts, "supervisor")
 
     def _drive(self, now: float) -> None:
         """Advance the op at the head of the queue: stop one child at a time, then continue."""

@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-Verdict = Literal["ready_timeout", "heartbeat_missed", "step_deadline"]
+from skulk.wire.events import LifecycleEvent
+
+Verdict = Literal[LifecycleEvent.READY_TIMEOUT, LifecycleEvent.HEARTBEAT_MISSED, LifecycleEvent.STEP_DEADLINE]
+"""Why a child is killed, told on the bus as the `ChildLifecycle` event of its kill."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +80,11 @@ def verdict(clock: ChildClock, now: float) -> Verdict | None:
     if now < clock.deadline():
         return None
     if clock.ready_at is None:
-        return "ready_timeout"
+        return LifecycleEvent.READY_TIMEOUT
     if clock.step_since is not None and clock.step_beat is not None \
             and now >= clock.step_since + clock.step_deadline_s:
-        return "step_deadline"
-    return "heartbeat_missed"
+        return LifecycleEvent.STEP_DEADLINE
+    return LifecycleEvent.HEARTBEAT_MISSED
 
 
 def boot_backoff_s(consecutive_boot_failures: int, *, base_s: float = 1.0, cap_s: float = 30.0) -> float:

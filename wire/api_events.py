@@ -1,5 +1,5 @@
 """What the API records in its node's event log besides the state changes: each chunk it
-streams and each request's routing and end (the runbook's API-side log, behind `GET /events`).
+streams and each request's routing and end (the API side of the node's log, behind `GET /events`).
 
 These never ride the bus: each API thread PUSHes them straight to the eventlog role's PULL
 socket (`endpoints.eventlog_in`), without blocking: when the eventlog is down or behind, the

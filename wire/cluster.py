@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from skulk.wire.tracing import SetTracing
-from skulk.wire.commands import Command, Reply
+from skulk.wire.commands import MasterCommand, Reply
 from skulk.wire.config_sync import SetConfig
 from skulk.wire.message import Message
 from skulk.wire.staging import PurgeStaging
@@ -117,7 +117,7 @@ class RunnerLoad(Message):
 class ForwardCommand(Message):
     TYPE: ClassVar[str] = "cluster.forward_command"
     node_id: str
-    command: Command | SetConfig | PurgeStaging | SetTracing
+    command: MasterCommand | SetConfig | PurgeStaging | SetTracing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from skulk.wire.message import Message
+from skulk.wire.message import Command, CommandReply, Message
 from skulk.wire.models import ModelCard
 from skulk.wire.state import State, TaskParams
 
@@ -56,9 +56,8 @@ RESTART_PENDING = "restart_already_pending"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PlaceInstance(Message):
+class PlaceInstance(Command):
     TYPE: ClassVar[str] = "command.place_instance"
-    command_id: str
     card: ModelCard
     sharding: str = "Pipeline"
     instance_meta: str = "MlxRing"
@@ -67,44 +66,39 @@ class PlaceInstance(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteInstance(Message):
+class DeleteInstance(Command):
     TYPE: ClassVar[str] = "command.delete_instance"
-    command_id: str
     instance_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextGeneration(Message):
+class TextGeneration(Command):
     """Route one chat request: the master picks an instance and creates the task."""
 
     TYPE: ClassVar[str] = "command.text_generation"
-    command_id: str
     owner_node: str
     params: TaskParams
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextEmbedding(Message):
+class TextEmbedding(Command):
     """Route one embedding request to an instance of an embedding model. No task is created:
     the request is one short exchange with the runner (its load report counts it)."""
 
     TYPE: ClassVar[str] = "command.text_embedding"
-    command_id: str
     owner_node: str
     model: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TaskCancelled(Message):
+class TaskCancelled(Command):
     TYPE: ClassVar[str] = "command.task_cancelled"
-    command_id: str
     cancelled_command_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TaskFinished(Message):
+class TaskFinished(Command):
     TYPE: ClassVar[str] = "command.task_finished"
-    command_id: str
     finished_command_id: str
     failed: bool = False
     error_message: str = ""
@@ -112,46 +106,41 @@ class TaskFinished(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RestartNode(Message):
+class RestartNode(Command):
     """Restart a node in place (`POST /admin/restart?node_id=`): sent by the API to its master,
     and by that master to the target node's master, which asks its own supervisor."""
 
     TYPE: ClassVar[str] = "command.restart_node"
-    command_id: str
     node_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SnapshotRequest(Message):
+class SnapshotRequest(Command):
     TYPE: ClassVar[str] = "command.snapshot_request"
-    command_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CommandAccepted(Message):
+class CommandAccepted(CommandReply):
     TYPE: ClassVar[str] = "reply.accepted"
-    command_id: str
     message: str = "Command received."
     instance_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CommandRejected(Message):
+class CommandRejected(CommandReply):
     """The command cannot be carried out; `status` is the HTTP status the API answers with."""
 
     TYPE: ClassVar[str] = "reply.rejected"
-    command_id: str
     status: int
     message: str
     reason: str = RejectReason.BAD_COMMAND  # a RejectReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Routed(Message):
+class Routed(CommandReply):
     """Where a TextGeneration or TextEmbedding goes: the rank-0 runner's ROUTER endpoint."""
 
     TYPE: ClassVar[str] = "reply.routed"
-    command_id: str
     task_id: str
     instance_id: str
     runner_id: str
@@ -160,12 +149,12 @@ class Routed(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StateSnapshot(Message):
+class StateSnapshot(CommandReply):
     TYPE: ClassVar[str] = "reply.state_snapshot"
-    command_id: str
     state: State
 
 
-Command = (PlaceInstance | DeleteInstance | TextGeneration | TextEmbedding | TaskCancelled | TaskFinished
-           | SnapshotRequest)
+MasterCommand = (PlaceInstance | DeleteInstance | TextGeneration | TextEmbedding | TaskCancelled | TaskFinished
+                 | SnapshotRequest)
+"""The commands of this module a follower forwards to its leader (the wire's closed set)."""
 Reply = CommandAccepted | CommandRejected | Routed | StateSnapshot

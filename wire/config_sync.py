@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from skulk.wire.message import Message
+from skulk.wire.message import Command, Message
 
 MAX_CONFIG_BYTES = 64 * 1024
 """A config is a few hundred bytes; the cap keeps snapshots and cluster frames small."""
@@ -37,10 +37,9 @@ class ConfigChanged(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SetConfig(Message):
+class SetConfig(Command):
     """API -> its master (-> the leader): make this validated config the cluster's."""
 
     TYPE: ClassVar[str] = "command.set_config"
-    command_id: str
     yaml: str  # secrets stripped
     writer: str  # the API's node id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from skulk.wire.message import Message
@@ -22,6 +23,21 @@ class ServiceStatus(Message):
     detail: str = ""
 
 
+class LifecycleEvent(StrEnum):
+    """What a `ChildLifecycle` says happened (the watchdog's kills are named by their cause)."""
+
+    STARTED = "started"
+    READY = "ready"
+    EXITED = "exited"  # it ended by itself (a crash, a deadline it enforces, a clean stop)
+    STOPPED = "stopped"  # its supervisor stopped it on purpose
+    ESCALATE = "escalate"  # a supervisor's restart budget ran out
+    READY_TIMEOUT = "ready_timeout"
+    HEARTBEAT_MISSED = "heartbeat_missed"
+    STEP_DEADLINE = "step_deadline"
+    RESTARTING = "restarting"  # child "node": the whole node restarts in place
+    STOPPING = "stopping"  # child "node": the whole node stops
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildLifecycle(Message):
     """The supervisor saw a child start, become ready, exit, or get killed by the watchdog."""
@@ -29,7 +45,7 @@ class ChildLifecycle(Message):
     TYPE: ClassVar[str] = "event.child_lifecycle"
     child_id: str
     supervisor: str
-    event: str
+    event: str  # a LifecycleEvent
     pid: int | None
     restarts: int
     detail: str = ""
@@ -48,7 +64,7 @@ class RunnerReport(Message):
     status: RunnerStatus
     active: int = 0
     waiting: int = 0
-    phase: str = ""  # the flight recorder's current phase (wire/flight.py PHASES)
+    phase: str = ""  # the flight recorder's current phase (a wire/flight.py Phase)
     tok_s: float = 0.0  # tokens generated per second over the last report interval (all requests)
     pid: int = 0
     tokens_total: int = 0  # tokens generated since the runner started (a counter: rates come from it)

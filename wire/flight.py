@@ -1,4 +1,4 @@
-"""A runner's flight recorder entries (seed 002's timeline), published on the node's bus.
+"""A runner's flight recorder entries (its timeline of phases), published on the node's bus.
 
 Each runner keeps a bounded ring of these and publishes every entry as it records it, so the
 node's API holds the latest entries of a runner that has since frozen (SIGSTOP, a wedged
@@ -9,18 +9,41 @@ answers could not tell. Entries are diagnostics, never decisions, so the lossy b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from enum import StrEnum
+from typing import ClassVar
 
 from skulk.wire.message import Message
 
-Phase = Literal["created", "idle", "connect_group", "load_model", "warmup", "task_submission",
-                "task_agreement", "prompt_build", "vision_preprocess", "kv_cache_lookup", "prefill_barrier",
-                "prefill_pipeline", "prefill_stream", "decode_barrier", "decode_wait_first_token",
-                "decode_stream", "parser", "cancel_requested", "cancel_observed", "completion", "error",
-                "shutdown_cleanup"]
-"""Seed 002's phases, exactly (the timeline's schema)."""
 
-PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+class Phase(StrEnum):
+    """Where a runner is: the timeline's phase names, kept exactly as upstream's diagnostics
+    name them (docs/architecture.md, "Compatibility with upstream Skulk")."""
+
+    CREATED = "created"
+    IDLE = "idle"
+    CONNECT_GROUP = "connect_group"
+    LOAD_MODEL = "load_model"
+    WARMUP = "warmup"
+    TASK_SUBMISSION = "task_submission"
+    TASK_AGREEMENT = "task_agreement"
+    PROMPT_BUILD = "prompt_build"
+    VISION_PREPROCESS = "vision_preprocess"
+    KV_CACHE_LOOKUP = "kv_cache_lookup"
+    PREFILL_BARRIER = "prefill_barrier"
+    PREFILL_PIPELINE = "prefill_pipeline"
+    PREFILL_STREAM = "prefill_stream"
+    DECODE_BARRIER = "decode_barrier"
+    DECODE_WAIT_FIRST_TOKEN = "decode_wait_first_token"
+    DECODE_STREAM = "decode_stream"
+    PARSER = "parser"
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCEL_OBSERVED = "cancel_observed"
+    COMPLETION = "completion"
+    ERROR = "error"
+    SHUTDOWN_CLEANUP = "shutdown_cleanup"
+
+
+PHASES: tuple[Phase, ...] = tuple(Phase)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +74,7 @@ class FlightEntry(Message):
     pid: int
     seq: int  # per runner, from 0: a gap says entries were lost on the bus
     at: float  # wall clock
-    phase: str  # one of PHASES
+    phase: str  # a Phase (a plain str on the wire: a newer runner's phase still decodes)
     event: str  # "enter" (the phase began), "progress" (still in it), or a named happening
     detail: str = ""
     attrs: dict[str, str | int | float | bool] = field(default_factory=dict)

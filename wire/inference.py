@@ -72,11 +72,18 @@ class Started(Message):
     queued: int = 0  # requests ahead of it in the wait queue (0: straight into the batch)
 
 
+class ProgressPhase(StrEnum):
+    """Where an admitted request is before its first token."""
+
+    QUEUED = "queued"  # waiting for a place in the batch (kept alive, never shown to the client)
+    PREFILL = "prefill"  # its prompt is going in (`processed` of `total` tokens)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Progress(Message):
     TYPE: ClassVar[str] = "inference.progress"
     request_id: str
-    phase: str  # "queued" | "prefill"
+    phase: str  # a ProgressPhase
     processed: int = 0
     total: int = 0
 

@@ -11,7 +11,7 @@ from skulk.wire.staging import NodeDownloadUpdated, StagingPurged
 from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
                               NodeRestarting, NodeTimedOut, RecreationAbandoned,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
-                              TaskFailed, TaskStatusUpdated)
+                              TaskFailed, TaskStatus, TaskStatusUpdated)
 
 
 DELETIONS_KEPT = 20
@@ -59,7 +59,7 @@ def _apply(state: State, event: object) -> State:
         return _task(state, event.task_id, lambda t: replace(t, status=event.status))
     if isinstance(event, TaskFailed):
         return _task(state, event.task_id, lambda t: replace(
-            t, status="Failed", error_type=event.error_type, error_message=event.error_message))
+            t, status=TaskStatus.FAILED, error_type=event.error_type, error_message=event.error_message))
     if isinstance(event, TaskDeleted):
         return replace(state, tasks={k: v for k, v in state.tasks.items() if k != event.task_id})
     if isinstance(event, ConfigChanged):

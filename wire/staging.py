@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from skulk.wire.message import Message
+from skulk.wire.message import Command, Message
 
 
 class DownloadKind(StrEnum):
@@ -51,11 +51,10 @@ class NodeDownloadUpdated(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PurgeStaging(Message):
+class PurgeStaging(Command):
     """`POST /store/purge-staging`: remove staged copies nobody uses, on every node."""
 
     TYPE: ClassVar[str] = "command.purge_staging"
-    command_id: str
     model_id: str = ""  # "" for every model
 
 

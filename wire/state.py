@@ -8,6 +8,7 @@ same events in order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import ClassVar, Literal
 
 from skulk.wire.config_sync import ClusterConfig, ConfigChanged
@@ -18,11 +19,39 @@ from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated, StagingPurged
 from skulk.wire.tracing import TracingSet
 
-RUNNER_KINDS = ("RunnerIdle", "RunnerConnecting", "RunnerConnected", "RunnerLoading",
-                "RunnerLoaded", "RunnerWarmingUp", "RunnerReady", "RunnerRunning",
-                "RunnerShuttingDown", "RunnerFailed")
-SERVING_KINDS = frozenset({"RunnerReady", "RunnerRunning"})
-TASK_STATUSES = ("Pending", "Running", "Complete", "TimedOut", "Failed", "Cancelled")
+
+class RunnerKind(StrEnum):
+    """A runner's status, the tag of `RunnerStatus` (and of its entry in `/state`)."""
+
+    IDLE = "RunnerIdle"
+    CONNECTING = "RunnerConnecting"
+    CONNECTED = "RunnerConnected"
+    LOADING = "RunnerLoading"
+    LOADED = "RunnerLoaded"
+    WARMING_UP = "RunnerWarmingUp"
+    READY = "RunnerReady"
+    RUNNING = "RunnerRunning"
+    SHUTTING_DOWN = "RunnerShuttingDown"
+    FAILED = "RunnerFailed"
+
+
+SERVING_KINDS = frozenset({RunnerKind.READY, RunnerKind.RUNNING})
+"""The kinds a runner takes requests in: routing waits for every rank to be in one."""
+
+
+class TaskStatus(StrEnum):
+    """A task's `status` (`taskStatus` in `/state`)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    COMPLETE = "Complete"
+    TIMED_OUT = "TimedOut"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+OPEN_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING})
+"""A task in one of these still holds its instance (a drain waits for it; routing counts it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,19 +83,19 @@ class Instance(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunnerStatus(Message):
-    """Upstream's runner status union, flattened: `kind` is the tag (e.g. `RunnerReady`).
+    """Upstream's runner status union, flattened: `kind` is the tag, a `RunnerKind`.
 
     `endpoint` (the runner's ROUTER) and `node_id` are ours and are not shown in `/state`.
     """
 
     TYPE: ClassVar[str] = "state.runner_status"
-    kind: str
+    kind: str  # a RunnerKind (a plain str on the wire: an unknown kind from a newer node still decodes)
     layers_loaded: int = 0
     total_layers: int = 0
     error_message: str = ""
     endpoint: str = ""
     node_id: str = ""
-    exit_code: int | None = None  # RunnerFailed: the process's exit code where it ended (86: wedged)
+    exit_code: int | None = None  # RunnerFailed: the process's exit code where it ended (supervisor/exitcodes.py)
     orderly: bool = False  # RunnerFailed: its own node stopped it on purpose (plan, shutdown, restart)
     engine_path: str = ""  # from ready on: the device and dtype path it serves with
     speculation: str = ""  # from ready on: its speculative decoding ("prompt_lookup x4"), or why none
@@ -123,7 +152,7 @@ class Task(Message):
     task_id: str
     command_id: str
     instance_id: str
-    status: str
+    status: str  # a TaskStatus
     owner_node: str
     params: TaskParams
     error_type: str = ""
@@ -240,7 +269,7 @@ class TaskCreated(Message):
 class TaskStatusUpdated(Message):
     TYPE: ClassVar[str] = "event.task_status_updated"
     task_id: str
-    status: str
+    status: str  # a TaskStatus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

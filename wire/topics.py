@@ -38,11 +38,3 @@ EVT_CATALOG = Topic(b"evt.catalog.", (CatalogReport,))
 
 ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR, EVT_RUNNER, EVT_STATE, EVT_CLUSTER, EVT_DOWNLOAD,
                                  EVT_CATALOG, EVT_FLIGHT)
-
-
-def topic_for_frame(frame: bytes) -> Topic | None:
-    """The declared topic a received topic frame belongs to (None: undeclared)."""
-    for topic in ALL_TOPICS:
-        if frame.startswith(topic.prefix):
-            return topic
-    return None

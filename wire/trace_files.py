@@ -35,8 +35,6 @@ MAX_SPANS = 4096
 """Spans one process keeps for one task (a decode step, a detokenize and a send per token: about
 a 1,300-token answer in full)."""
 
-CATEGORIES = ("api", "router", "queue", "prefill", "decode", "detokenize", "network", "sampling")
-
 
 def valid_task_id(task_id: str) -> bool:
     return bool(TASK_ID.match(task_id)) and ".." not in task_id

@@ -13,15 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from skulk.wire.message import Message
+from skulk.wire.message import Command, Message
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SetTracing(Message):
+class SetTracing(Command):
     """API -> its master (-> the leader): switch tracing for new requests."""
 
     TYPE: ClassVar[str] = "command.set_tracing"
-    command_id: str
     enabled: bool
 
 

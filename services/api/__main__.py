@@ -8,7 +8,6 @@ every iteration), so a wedged arbiter stops the beat.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -31,11 +30,12 @@ from skulk.services.api.app import create_app
 from skulk.services.api.auth import Policy, startup_warnings
 from skulk.services.api.declare import Limits
 from skulk.services.api.gateway import StreamTiming
-from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent, parse_child_args
-from skulk.supervisor import api_keys, exitcodes, model_store
+from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent
+from skulk.supervisor import api_keys, exitcodes
 from skulk.supervisor.api_keys import ApiKey
 from skulk.supervisor.child import DEFERRED_SIGNALS
 from skulk.supervisor.model_store import ModelStoreConfig
+from skulk.supervisor.role_args import ApiArgs, ChildArgs
 from skulk.wire import endpoints, metrics
 from skulk.wire.control import ChildReady
 from skulk.wire.sockets import make_socket, send
@@ -169,51 +169,35 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 def main() -> None:
-    args = parse_child_args(sys.argv[1:])
-    p = argparse.ArgumentParser(prog="skulk.services.api")
-    p.add_argument("--listen", default="0.0.0.0")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--threads", type=int, default=128)
-    p.add_argument("--node-id", required=True)
-    p.add_argument("--stall-timeout", type=float, default=StreamTiming.stall_s)
-    p.add_argument("--keepalive", type=float, default=StreamTiming.keepalive_s)
-    p.add_argument("--config-file", default="")  # the node's skulk.yaml (GET/PUT /config)
-    p.add_argument("--namespace", default="skulk")  # the cluster's (`/admin/clusters`, diagnostics)
-    p.add_argument("--open-admin", type=int, default=0)  # keys are read from --config-file, never given here
-    p.add_argument("--max-body-mb", type=float, default=32.0)
-    p.add_argument("--max-messages", type=int, default=1024)
-    p.add_argument("--max-streams-per-key", type=int, default=64)
-    p.add_argument("--write-timeout", type=float, default=60.0)
-    model_store.add_store_arguments(p)  # none: no store
-    ns = p.parse_args(args.rest)
-    store = model_store.store_from_args(ns, args.home)
-    host = store is not None and bool(ns.is_store_host)  # decided by the supervisor (store_argv)
+    args, rest = ChildArgs.split(sys.argv[1:])
+    api = ApiArgs.from_argv(rest)
+    store = api.store.config(args.home) if api.store else None
+    host = api.store is not None and bool(api.store.is_store_host)  # decided by the supervisor
     staging = store.staging.node_cache_path if store and store.staging.enabled and not host else None
     # A private context: gunicorn forks workers after this, and they must not share it.
     runtime = ChildRuntime("api", args, ctx=zmq.Context())
     use_skulk_titles(args.title)
     faults.inject("api", "boot")
     try:
-        keys = api_keys.from_file(Path(ns.config_file)) if ns.config_file else ()
+        keys = api_keys.from_file(Path(api.config_file)) if api.config_file else ()
     except api_keys.ConfigError as exc:  # the message names the entry, never a key
         log.error("api: %s", exc)
         os._exit(exitcodes.CONFIG_ERROR)
-    for warning in startup_warnings(Policy(keys, bool(ns.open_admin), ns.listen), ns.port):
+    for warning in startup_warnings(Policy(keys, api.open_admin, api.listen), api.port):
         log.warning("%s", warning)
     limits.fresh_streams_dir(args.run_dir)
-    client_limits = Limits(max_body_bytes=int(ns.max_body_mb * 2 ** 20), max_messages=ns.max_messages,
-                           max_streams_per_key=ns.max_streams_per_key, write_timeout_s=ns.write_timeout,
+    client_limits = Limits(max_body_bytes=int(api.max_body_mb * 2 ** 20), max_messages=api.max_messages,
+                           max_streams_per_key=api.max_streams_per_key, write_timeout_s=api.write_timeout,
                            streams_root=limits.streams_dir(args.run_dir))
     try:
-        sock = listen_socket(ns.listen, ns.port)
+        sock = listen_socket(api.listen, api.port)
     except OSError as exc:
-        log.error("api cannot listen on %s:%d: %s", ns.listen, ns.port, exc.strerror)
+        log.error("api cannot listen on %s:%d: %s", api.listen, api.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
-    ApiApplication(runtime, sock, ns.workers, ns.threads, graceful_s=3.0, node_id=ns.node_id,
-                   timing=StreamTiming(stall_s=ns.stall_timeout, keepalive_s=ns.keepalive),
-                   config_file=ns.config_file, store=store, staging_root=staging, listen=ns.listen,
-                   namespace=ns.namespace, keys=keys, open_admin=bool(ns.open_admin),
+    ApiApplication(runtime, sock, api.workers, api.threads, graceful_s=3.0, node_id=api.node_id,
+                   timing=StreamTiming(stall_s=api.stall_timeout, keepalive_s=api.keepalive),
+                   config_file=api.config_file, store=store, staging_root=staging, listen=api.listen,
+                   namespace=api.namespace, keys=keys, open_admin=api.open_admin,
                    client_limits=client_limits).run()
 
 

@@ -2,7 +2,8 @@
 `{"error": {"message", "type": <reason phrase>, "param": null, "code": <status>}}` everywhere,
 Anthropic's `{"type": "error", "error": {"type", "message"}}` under `/v1/messages` and
 Ollama's `{"error": <message>}` under `/api/` and `/ollama/`, so each SDK raises its own
-error types. The shape is chosen by path, in this one place."""
+error types. The shape is chosen by path, in this one place (docs/architecture.md,
+"Compatibility with upstream Skulk")."""
 
 from __future__ import annotations
 

@@ -26,10 +26,10 @@ from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, ST
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.errors import WireError
 from skulk.wire.inference import (REFUSALS, Cancel, Done, Embed, Embeddings, Failed, FailReason, Generate,
-                                  Progress, Started, TokenChunk)
+                                  Progress, ProgressPhase, TokenChunk)
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket, recv, send
-from skulk.wire.state import SERVING_KINDS, TaskParams
+from skulk.wire.state import SERVING_KINDS, RunnerKind, TaskParams
 
 COMMAND_TIMEOUT_S = 5.0
 SLICE_S = 0.1
@@ -204,7 +204,8 @@ class Gateway:
             if sock in ready:
                 if (msg := _own_reply(sock, request_id)) is not None:
                     last_msg = time.monotonic()
-                    if not (isinstance(msg, Progress) and msg.phase == "queued"):  # the client sees nothing of it
+                    queued = isinstance(msg, Progress) and msg.phase == ProgressPhase.QUEUED
+                    if not queued:  # a queued request's keep-alive: the client sees nothing of it
                         last_out = last_msg
                     if isinstance(msg, TokenChunk):
                         got_token = True
@@ -325,11 +326,8 @@ class Gateway:
             status = state.runners.get(rid)
             if status is None:
                 return runner_lost, RUNNER_LOST.format(detail="no status")
-            if status.kind == "RunnerFailed":
+            if status.kind == RunnerKind.FAILED:
                 return runner_lost, RUNNER_LOST.format(detail=status.error_message or "failed")
             if status.kind not in SERVING_KINDS or (rid == runner_id and status.endpoint != endpoint):
                 return runner_lost, RUNNER_LOST.format(detail=f"it restarted and is now {status.kind}")
         return None
-
-
-__all__ = ["Gateway", "KeepAlive", "MasterUnavailable", "Started", "Progress"]

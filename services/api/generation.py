@@ -46,9 +46,7 @@ one `Done` or `Failed`."""
 FAIL_STATUS = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400,
                FailReason.BAD_REQUEST: 400, FailReason.SESSION_CHANGED: 503,
                FailReason.CANCELLED: 499}
-"""The HTTP status of a failure, by its reason (anything else: 500, the runbook's promise)."""
-
-CANCELLED_MESSAGE = "Command cancelled."
+"""The HTTP status of a failure, by its reason (anything else: 500, in the error envelope)."""
 
 
 def fail_status(reason: str) -> int:

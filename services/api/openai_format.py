@@ -1,4 +1,5 @@
-"""OpenAI chat completion shapes as upstream Skulk frames them (pure)."""
+"""OpenAI chat completion shapes as upstream Skulk frames them (pure; docs/architecture.md,
+"Compatibility with upstream Skulk")."""
 
 from __future__ import annotations
 

@@ -179,7 +179,7 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("Every node's diagnostics (peers asked at once; unreachable ones listed)", ok=CLUSTER,
                   query=(ENTRIES,))}, "diagnostics"),
     Route("/v1/diagnostics/cluster/timeline", lambda d: fanout.TimelineResource(_fan(d)), {
-        "GET": Op("Every rank's flight recorder merged in time order (seed 002's ClusterTimeline)",
+        "GET": Op("Every rank's flight recorder merged in time order (upstream's ClusterTimeline)",
                   ok=TIMELINE)}, "diagnostics"),
     Route("/v1/diagnostics/cluster/{node_id}", lambda d: fanout.ClusterNodeResource(_fan(d)), {
         "GET": Op("One node's diagnostics (this one, or proxied)", ok=NODE_DIAGNOSTICS, errors=(404, 502),

@@ -35,7 +35,7 @@ import zmq
 from skulk.wire import codec, endpoints
 from skulk.wire.cluster import Membership
 from skulk.wire.errors import MalformedFrame
-from skulk.wire.events import ChildLifecycle, RunnerReport
+from skulk.wire.events import ChildLifecycle, LifecycleEvent, RunnerReport
 from skulk.wire.flight import FlightEntry
 from skulk.wire.message import Message
 from skulk.wire.sockets import drain, make_socket
@@ -123,7 +123,7 @@ class RunnerView:
                     if member.info.node_id not in self._nodes and len(self._nodes) >= MAX_NODES:
                         del self._nodes[min(self._nodes, key=lambda n: self._nodes[n][1])]
                     self._nodes[member.info.node_id] = (member.info, now)
-            elif isinstance(msg, ChildLifecycle) and msg.child_id == NODE and msg.event == "restarting":
+            elif isinstance(msg, ChildLifecycle) and msg.child_id == NODE and msg.event == LifecycleEvent.RESTARTING:
                 self._restarting = True
 
     def _runner(self, runner_id: str) -> RunnerSeen:

@@ -1,5 +1,5 @@
 """The replicated State in upstream's `/state` shape: camelCase, tagged unions, Memory as
-`{"inBytes": n}` (pure)."""
+`{"inBytes": n}` (pure; docs/architecture.md, "Compatibility with upstream Skulk")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, STRING, Sch
 from skulk.wire.accelerator import Accelerator
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadKind, DownloadProgress
-from skulk.wire.state import Instance, NodeInfo, RunnerStatus, State, Task
+from skulk.wire.state import Instance, NodeInfo, RunnerKind, RunnerStatus, State, Task
 
 GIB = 1024 ** 3
 
@@ -43,11 +43,11 @@ def instance_json(inst: Instance) -> dict[str, Any]:
 
 
 def runner_json(status: RunnerStatus) -> dict[str, Any]:
-    if status.kind == "RunnerLoading":
-        return {"RunnerLoading": {"layersLoaded": status.layers_loaded,
+    if status.kind == RunnerKind.LOADING:
+        return {RunnerKind.LOADING: {"layersLoaded": status.layers_loaded,
                                   "totalLayers": status.total_layers}}
-    if status.kind == "RunnerFailed":
-        return {"RunnerFailed": {"errorMessage": status.error_message}}
+    if status.kind == RunnerKind.FAILED:
+        return {RunnerKind.FAILED: {"errorMessage": status.error_message}}
     if status.engine_path:  # ours: the device and dtype path it serves with (e.g. the quantized choice)
         return {status.kind: {"enginePath": status.engine_path, "speculation": status.speculation or None}}
     return {status.kind: {}}

@@ -1,15 +1,12 @@
 """How the event log stays small (pure): what is worth recording, when the active file is
-compacted, which archives go, when the disk is too full to write. The numbers are the
-runbook's (256 MiB ring keeping 20,000 events, 5 archives within 1 GiB, a 2 GiB free-space
-floor checked every 1,024 appends); every one is configurable so tests use small ones.
+compacted, which archives go, when the disk is too full to write. The defaults (256 MiB ring
+keeping 20,000 events, 5 archives within 1 GiB, a 2 GiB free-space floor checked every 1,024
+appends) bound the log's disk use; every one is configurable so tests use small ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-MIB = 1024 ** 2
-GIB = 1024 ** 3
+from skulk.supervisor.role_args import EventlogArgs
 
 RECORDED = (b"evt.state.event.", b"evt.supervisor.")
 """State changes (the leader's indexed events, replicated to every node) and process lifecycle.
@@ -20,15 +17,8 @@ REFRESHES = (b"evt.state.event.node_gathered_info",)
 """A node's info is re-sent every 10 s (memory readings): recorded once per node and process."""
 
 
-@dataclass(frozen=True, slots=True)
-class Retention:
-    ring_bytes: int = 256 * MIB
-    ring_keep: int = 20_000
-    ring_check_every: int = 4096
-    archives_max: int = 5
-    archives_bytes: int = GIB
-    floor_bytes: int = 2 * GIB
-    floor_check_every: int = 1024
+Retention = EventlogArgs
+"""The numbers this module decides with are the eventlog role's arguments, declared there."""
 
 
 def is_refresh(topic: bytes) -> bool:

@@ -6,7 +6,6 @@ recorded in order (`catchup.py`)."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from pathlib import Path
@@ -70,13 +69,7 @@ def recorded_position(directory: Path) -> tuple[str, int]:
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
-    p = argparse.ArgumentParser(prog="skulk.services.eventlog")
-    defaults = Retention()
-    for field in ("ring_bytes", "ring_keep", "ring_check_every", "archives_max", "archives_bytes",
-                  "floor_bytes", "floor_check_every"):
-        p.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(defaults, field))
-    ns = p.parse_args(argv)
-    keep = Retention(**{k: v for k, v in vars(ns).items()})
+    keep = Retention.from_argv(argv)
     args = loop.rt.args
     catch_up: CatchUp[Frame] = CatchUp(*recorded_position(args.home / "eventlog"))
     segment = Segment(args.home / "eventlog", keep)

@@ -11,7 +11,6 @@ else says so (ERROR, and in its status) and stays a cluster of one.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import socket
@@ -29,6 +28,7 @@ from skulk.services.gossip.peers import (PeerTable, announcement, first_gossip_o
                                          pick_address, quiet_period, view_complete)
 from skulk.supervisor.model_store import same_name
 from skulk.supervisor.node_identity import remember, remembered
+from skulk.supervisor.role_args import GossipArgs
 from skulk.wire import curve
 from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import UnexpectedMessage, UnknownMessage, WireError
@@ -49,7 +49,6 @@ QUIET_MAX_S = 3.0
 """After our TCP link to a peer drops, how long its node has to say hello again before it is
 declared gone: a killed node is noticed in this time instead of the peer timeout, while a
 peer whose gossip role was restarted (back in well under a second) stays."""
-DISCOVERY_PORT = 52417
 DISCOVERY_INTERVAL_S = 2.0
 LEARNED_TTL_S = 10.0
 
@@ -79,30 +78,31 @@ def local_addresses(listen: str) -> tuple[str, ...]:
 
 
 class Gossip:
-    def __init__(self, loop: ServiceLoop, ns: argparse.Namespace) -> None:
+    def __init__(self, loop: ServiceLoop, args: GossipArgs) -> None:
         self.loop = loop
-        self.ns = ns
-        self.ns_hash = namespace_hash(ns.namespace)
-        self.addresses = local_addresses(ns.listen)
-        self.table = PeerTable(ns.node_id, ns.peer_timeout)
+        self.args = args
+        self.ns_hash = namespace_hash(args.namespace)
+        self.addresses = local_addresses(args.listen)
+        self.table = PeerTable(args.node_id, args.peer_timeout)
         self.router = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
-                                  bind=f"tcp://{ns.listen}:{ns.port}")
+                                  bind=f"tcp://{args.listen}:{args.port}")
         self.dealers: dict[str, zmq.Socket[Any]] = {}
         self.monitors: dict[str, zmq.Socket[Any]] = {}
         self.redial: set[str] = set()  # dialled endpoints whose handshake failed: re-made at the next hello
         self.redialled: dict[str, float] = {}  # endpoint -> when it was last re-made (monotonic)
-        self.bootstrap = {p for p in ns.peers.split(",") if p}
+        self.bootstrap = set(args.peers)
         self.learned: dict[str, float] = {}  # endpoint -> until (monotonic), from peers or UDP
         self.started = time.time()
-        if ns.derived_name and same_name(remembered(loop.rt.args.home), ns.derived_name):
-            ns.node_name = ns.derived_name  # a gossip role restarted after taking it this run
-        self.me = Named(ns.node_id, ns.node_name, ns.started)
+        # `me.name` is the name this node goes by: its derived one once it took that (a gossip
+        # role restarted after taking it keeps it), else the one it was given
+        taken = bool(args.derived_name) and same_name(remembered(loop.rt.args.home), args.derived_name)
+        self.me = Named(args.node_id, args.derived_name if taken else args.node_name, args.started)
         self.refused = ""  # why this node does not join (a name clash); "" while it may
         self.warned: set[tuple[str, str]] = set()  # (ignored node, holder) pairs already logged
-        first = first_gossip_of_node(loop.rt.args.run_dir, ns.started)
-        discovery = ns.discovery_port > 0 and not ns.listen.startswith("127.")
+        first = first_gossip_of_node(loop.rt.args.run_dir, args.started)
+        discovery = args.discovery_port > 0 and not args.listen.startswith("127.")
         self.quiet_until = time.monotonic() + quiet_period(first, bool(self.bootstrap), discovery,
-                                                           min(ns.peer_timeout, QUIET_MAX_S))
+                                                           min(args.peer_timeout, QUIET_MAX_S))
         """A gossip (re)started publishes no membership before it has listened for a peer timeout
         (peers dial in too, so even a node without bootstrap peers may have some): its first,
         lonely one would tell the leader's master that every other node was gone (found by the
@@ -118,17 +118,17 @@ class Gossip:
         mem = psutil.virtual_memory()
         disk = psutil.disk_usage(str(self.loop.rt.args.home))
         mode, reason = read_mode(self.loop.rt.args.home / "eventlog")
-        return NodeInfo(node_id=self.ns.node_id, friendly_name=self.ns.node_name,
-                        skulk_version=self.ns.version, ram_total=int(mem.total),
+        return NodeInfo(node_id=self.args.node_id, friendly_name=self.me.name,
+                        skulk_version=self.args.version, ram_total=int(mem.total),
                         ram_available=int(mem.available), when=time.time(),
                         addresses=self.addresses, disk_total=int(disk.total),
-                        disk_available=int(disk.free), api_port=self.ns.api_port,
+                        disk_available=int(disk.free), api_port=self.args.api_port,
                         event_log_mode=mode, event_log_reason=reason, accelerator=gather(int(mem.total)))
 
     def hello(self) -> None:
-        msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.ns.port,
-                        master_port=self.ns.master_port, known=tuple(sorted(self.table.endpoints())),
-                        started=self.ns.started, name_given=not self.ns.derived_name)
+        msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.args.port,
+                        master_port=self.args.master_port, known=tuple(sorted(self.table.endpoints())),
+                        started=self.args.started, name_given=not self.args.derived_name)
         for endpoint in self.redial & set(self.dealers):  # re-made below, probing the server's key
             log.info("gossip: handshake with %s failed during a key rotation; dialling it again", endpoint)
             self.unwatch(endpoint)
@@ -174,7 +174,7 @@ class Gossip:
         """Whether a hello's node may be a member, by its name; acts on a clash."""
         sender = Named(msg.info.node_id, msg.info.friendly_name, msg.started)
         members = [Named(n, p.hello.info.friendly_name, p.hello.started) for n, p in self.table.peers.items()]
-        decision = judge(self.me, members, sender, self.ns.derived_name)
+        decision = judge(self.me, members, sender, self.args.derived_name)
         other = decision.other
         if decision.clash is Clash.TAKE_DERIVED:
             self.take_derived_name(sender, f"{address}:{msg.gossip_port}")
@@ -205,8 +205,7 @@ class Gossip:
     def take_derived_name(self, holder: Named, endpoint: str) -> None:
         """This node was given no name and its host name is held by a live node that started
         first: it goes by its derived name from now on (and at its later starts)."""
-        taken, derived = self.me.name, self.ns.derived_name
-        self.ns.node_name = derived
+        taken, derived = self.me.name, self.args.derived_name
         self.me = Named(self.me.node_id, derived, self.me.started)
         try:
             remember(self.loop.rt.args.home, derived)
@@ -240,7 +239,7 @@ class Gossip:
     def expire(self) -> None:
         gone = self.table.expire(time.monotonic())
         for node_id in gone:
-            log.warning("gossip: node %s silent for %.1fs; declared gone", node_id, self.ns.peer_timeout)
+            log.warning("gossip: node %s silent for %.1fs; declared gone", node_id, self.args.peer_timeout)
         if gone:
             self.publish(self.info())  # tell the master now, not at the next hello
         now = time.monotonic()
@@ -282,17 +281,17 @@ class Gossip:
     def publish(self, me: NodeInfo) -> None:
         if time.monotonic() < self.quiet_until:
             heard = self.table.endpoints()
-            own = {f"{a}:{self.ns.port}" for a in self.addresses}
+            own = {f"{a}:{self.args.port}" for a in self.addresses}
             if not view_complete(self.bootstrap | set(self.learned) | heard, heard, own):
                 return
             self.quiet_until = 0.0  # every node it knows of said hello: the view is whole
-        members = [Member(info=me, master_endpoint=f"tcp://{self.addresses[0]}:{self.ns.master_port}")]
+        members = [Member(info=me, master_endpoint=f"tcp://{self.addresses[0]}:{self.args.master_port}")]
         members += [Member(info=p.hello.info, master_endpoint=f"tcp://{p.address}:{p.hello.master_port}")
                     for p in self.table.peers.values()]
-        self.loop.publish(EVT_CLUSTER, Membership(node_id=self.ns.node_id, members=tuple(members)),
+        self.loop.publish(EVT_CLUSTER, Membership(node_id=self.args.node_id, members=tuple(members)),
                           suffix="membership")
         self.loop.status_detail = self.refused or (f"node {self.me.name}: {len(members)} node(s), "
-                                                   f"namespace {self.ns.namespace}")
+                                                   f"namespace {self.args.namespace}")
 
     # ---- LAN discovery ---------------------------------------------------------------------
     def open_discovery(self) -> socket.socket | None:
@@ -302,17 +301,17 @@ class Gossip:
             if hasattr(socket, "SO_REUSEPORT"):
                 udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             udp.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-            udp.bind(("", self.ns.discovery_port))
+            udp.bind(("", self.args.discovery_port))
             udp.setblocking(False)
             return udp
         except OSError as exc:
-            log.warning("gossip: LAN discovery off (UDP %d: %s)", self.ns.discovery_port, exc.strerror)
+            log.warning("gossip: LAN discovery off (UDP %d: %s)", self.args.discovery_port, exc.strerror)
             return None
 
     def announce(self, udp: socket.socket) -> None:
-        payload = announcement(self.ns_hash, self.ns.node_id, self.ns.port)
+        payload = announcement(self.ns_hash, self.args.node_id, self.args.port)
         try:
-            udp.sendto(payload, ("255.255.255.255", self.ns.discovery_port))
+            udp.sendto(payload, ("255.255.255.255", self.args.discovery_port))
         except OSError:
             pass
 
@@ -322,36 +321,22 @@ class Gossip:
                 data, (host, _port) = udp.recvfrom(512)
             except (BlockingIOError, OSError):
                 return
-            port = parse_announcement(data, self.ns_hash, self.ns.node_id)
+            port = parse_announcement(data, self.ns_hash, self.args.node_id)
             if port is not None:
                 self.learn(f"{host}:{port}")
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
-    p = argparse.ArgumentParser(prog="skulk.services.gossip")
-    p.add_argument("--listen", default="0.0.0.0")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--master-port", type=int, required=True)
-    p.add_argument("--node-id", required=True)
-    p.add_argument("--node-name", default=socket.gethostname())  # shown as friendlyName; unique in the cluster
-    p.add_argument("--derived-name", default="")  # given no name: the one to take where --node-name is held
-    p.add_argument("--started", type=float, default=0.0)  # the node's start (epoch s): settles name clashes
-    p.add_argument("--namespace", default="skulk")
-    p.add_argument("--peers", default="")
-    p.add_argument("--peer-timeout", type=float, default=1.5)
-    p.add_argument("--discovery-port", type=int, default=DISCOVERY_PORT)
-    p.add_argument("--version", default="0")
-    p.add_argument("--api-port", type=int, default=0)  # advertised so peers can fan out to this node's API
-    ns = p.parse_args(argv)
+    args = GossipArgs.from_argv(argv)
     gather(int(psutil.virtual_memory().total))  # before ready: nvidia-smi (up to 5 s) never inside a beat
-    gossip = Gossip(loop, ns)
+    gossip = Gossip(loop, args)
     loop.add_reader(gossip.router, gossip.on_frame)
     loop.every(HELLO_INTERVAL_S, gossip.hello, first_in=0.0)
     loop.every(HELLO_INTERVAL_S / 2, gossip.expire)
-    if ns.discovery_port > 0 and not ns.listen.startswith("127."):
+    if args.discovery_port > 0 and not args.listen.startswith("127."):
         # LAN discovery only makes sense, and only sends traffic, when peers could reach us.
         udp = gossip.open_discovery()
         if udp is not None:
             loop.add_reader(udp, gossip.on_discovery)
             loop.every(DISCOVERY_INTERVAL_S, lambda: gossip.announce(udp), first_in=0.2)
-    loop.status_detail = f"namespace {ns.namespace}, port {ns.port}"
+    loop.status_detail = f"namespace {args.namespace}, port {args.port}"

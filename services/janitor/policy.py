@@ -15,7 +15,7 @@ def expired_tasks(tasks: list[tuple[str, float]], now_wall: float, retention_day
     """Names of the task directories, given as (name, newest file's mtime), whose newest file
     is older than `retention_days`, sorted.
 
-    `retention_days <= 0` disables clean-up (the runbook's off switch).
+    `retention_days <= 0` disables clean-up (the operator's off switch: traces are kept forever).
     """
     if retention_days <= 0:
         return []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 import time
@@ -10,6 +9,7 @@ from pathlib import Path
 
 from skulk.services.base import ServiceLoop
 from skulk.services.janitor.policy import expired_tasks
+from skulk.supervisor.role_args import JanitorArgs
 from skulk.wire.trace_files import traces_root, valid_task_id
 
 log = logging.getLogger("skulk.janitor")
@@ -60,16 +60,14 @@ def sweep(root: Path, now_wall: float, retention_days: float) -> list[str]:
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
-    p = argparse.ArgumentParser(prog="skulk.services.janitor")
-    p.add_argument("--trace-retention-days", type=float, default=3.0)
-    ns = p.parse_args(argv)
+    args = JanitorArgs.from_argv(argv)
     root = traces_root(loop.rt.args.home)
 
     def run() -> None:
-        deleted = sweep(root, time.time(), ns.trace_retention_days)
+        deleted = sweep(root, time.time(), args.trace_retention_days)
         if deleted:
             log.info("janitor: deleted %d expired trace(s)", len(deleted))
         loop.status_detail = f"last sweep deleted {len(deleted)}"
 
     loop.every(INTERVAL_S, run, first_in=FIRST_RUN_S)
-    loop.status_detail = f"retention {ns.trace_retention_days} days"
+    loop.status_detail = f"retention {args.trace_retention_days} days"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -18,8 +17,8 @@ from skulk.wire.commands import (INSTANCE_LOST, NOT_EMBEDDING, NOT_GENERATIVE, R
                                  SnapshotRequest, RejectReason, StateSnapshot, TaskCancelled,
                                  TaskFinished, TextEmbedding, TextGeneration)
 from skulk.wire.inference import FailReason
-from skulk.wire.message import Message
-from skulk.wire.state import (DELETED_BY_OPERATOR, Cause, Instance, InstanceCreated, InstanceDeleted,
+from skulk.wire.message import Command, Message
+from skulk.wire.state import (DELETED_BY_OPERATOR, OPEN_STATUSES, TaskStatus, Cause, Instance, InstanceCreated, InstanceDeleted,
                               NodeTimedOut, State, Task, TaskCreated, TaskDeleted, TaskFailed,
                               TaskStatusUpdated)
 
@@ -33,7 +32,7 @@ class Outcome:
 
 
 def _open_tasks(state: State, instance_ids: set[str]) -> list[Task]:
-    return [t for t in state.tasks.values() if t.instance_id in instance_ids and t.status in ("Pending", "Running")]
+    return [t for t in state.tasks.values() if t.instance_id in instance_ids and t.status in OPEN_STATUSES]
 
 
 def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause,
@@ -42,7 +41,7 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
     failed runner fails them with upstream's runner-shutdown message (their API threads have
     usually ended the streams already; the events are the record)."""
     if cause == "operator":
-        ends: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status="Cancelled")
+        ends: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status=TaskStatus.CANCELLED)
                                for t in _open_tasks(state, {instance_id})]
     else:
         ends = [TaskFailed(task_id=t.task_id, error_type=FailReason.RUNNER_FAILED,
@@ -122,10 +121,11 @@ def route_embedding(state: State, cmd: TextEmbedding, new_id: Callable[[], str],
                   runner_id=found.runner_id, endpoint=found.endpoint)
 
 
-def handle(state: State, cmd: Message, new_id: Callable[[], str],
+def handle(state: State, cmd: Message, new_id: Callable[[], str], wall: float,
            loads: Mapping[str, int] | None = None) -> Outcome:
+    """`wall`: the leader's clock, stamped on what it records (a config's time, a deletion)."""
     if isinstance(cmd, SetConfig):  # the cluster-wide skulk.yaml (config_sync.py)
-        return Outcome(*set_config(state, cmd, time.time()))
+        return Outcome(*set_config(state, cmd, wall))
     if isinstance(cmd, SnapshotRequest):
         return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
     if isinstance(cmd, SetTracing):  # new tasks carry the flag from the next one on
@@ -146,7 +146,7 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str],
             return Outcome(CommandRejected(command_id=cmd.command_id, status=404,
                                            message="Instance not found", reason=RejectReason.UNKNOWN_INSTANCE))
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
-                       delete_events(state, cmd.instance_id, DELETED_BY_OPERATOR, time.time(), "operator"))
+                       delete_events(state, cmd.instance_id, DELETED_BY_OPERATOR, wall, "operator"))
     if isinstance(cmd, TextEmbedding):
         return Outcome(route_embedding(state, cmd, new_id, loads))
     if isinstance(cmd, TextGeneration):
@@ -157,7 +157,7 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str],
             return Outcome(CommandRejected(command_id=cmd.command_id, status=found.status,
                                            message=found.message, reason=found.reason))
         task = Task(task_id=new_id(), command_id=cmd.command_id,
-                    instance_id=found.instance.instance_id, status="Running",
+                    instance_id=found.instance.instance_id, status=TaskStatus.RUNNING,
                     owner_node=cmd.owner_node, params=cmd.params, trace=state.tracing_enabled)
         return Outcome(Routed(command_id=cmd.command_id, task_id=task.task_id,
                               instance_id=task.instance_id, runner_id=found.runner_id,
@@ -168,11 +168,11 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str],
         events: list[Message] = []
         if task is not None:
             if isinstance(cmd, TaskCancelled):
-                events.append(TaskStatusUpdated(task_id=task.task_id, status="Cancelled"))
-            elif cmd.failed and task.status != "Failed":  # the API saw it first: the record says so
+                events.append(TaskStatusUpdated(task_id=task.task_id, status=TaskStatus.CANCELLED))
+            elif cmd.failed and task.status != TaskStatus.FAILED:  # the API saw it first: the record says so
                 events.append(TaskFailed(task_id=task.task_id, error_type=cmd.reason or FailReason.ENGINE_ERROR,
                                          error_message=cmd.error_message))
             events.append(TaskDeleted(task_id=task.task_id))
         return Outcome(CommandAccepted(command_id=cmd.command_id), events)
-    return Outcome(CommandRejected(command_id=getattr(cmd, "command_id", ""), status=400,
+    return Outcome(CommandRejected(command_id=cmd.command_id if isinstance(cmd, Command) else "", status=400,
                                    message=f"{cmd.TYPE} is not a command"))

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from skulk.wire.commands import SESSION_CHANGED, CommandRejected, RejectReason
-from skulk.wire.message import Message
+from skulk.wire.message import Command, Message
 
 REPLY_CACHE = 1024
 FORWARD_DEADLINE_S = 4.0
@@ -18,7 +18,7 @@ FORWARD_DEADLINE_S = 4.0
 class Held:
     envelope: list[bytes] | None  # None: a command of the master itself (--place)
     deadline: float
-    command: Message
+    command: Command
 
 
 @dataclass
@@ -35,7 +35,7 @@ class CommandDesk:
             while len(self.replies) > REPLY_CACHE:
                 self.replies.popitem(last=False)
 
-    def hold(self, command_id: str, envelope: list[bytes] | None, command: Message, now: float) -> None:
+    def hold(self, command_id: str, envelope: list[bytes] | None, command: Command, now: float) -> None:
         self.held[command_id] = Held(envelope, now + FORWARD_DEADLINE_S, command)
 
     def expired(self, now: float) -> list[tuple[list[bytes] | None, CommandRejected]]:

@@ -23,10 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from skulk.wire.state import State
-
-OPEN_TASKS = frozenset({"Pending", "Running"})
-
+from skulk.wire.state import OPEN_STATUSES, State
 
 class DrainWait(Enum):
     """What a drain waits for (the value is for the log)."""
@@ -52,7 +49,7 @@ def pending(state: State, node_id: str, loads: Mapping[str, int]) -> Pending | N
         return Pending(DrainWait.NOT_MARKED)
     ours = {iid: inst.node_to_runner[node_id] for iid, inst in state.instances.items()
             if node_id in inst.node_to_runner}
-    open_tasks = [t for t in state.tasks.values() if t.status in OPEN_TASKS]
+    open_tasks = [t for t in state.tasks.values() if t.status in OPEN_STATUSES]
     if routed := sum(1 for t in open_tasks if t.instance_id in ours):
         return Pending(DrainWait.ROUTED, routed)
     if relayed := sum(1 for t in open_tasks if t.owner_node == node_id):

@@ -12,25 +12,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from skulk.supervisor import exitcodes
-from skulk.wire.events import ChildLifecycle
-from skulk.wire.state import RunnerStatus, State
+from skulk.wire.events import ChildLifecycle, LifecycleEvent
+from skulk.wire.state import RunnerKind, RunnerStatus, State
 
 NOT_RETRIED = frozenset({exitcodes.WEDGED})
 """A warmup overrun: the device is likely wedged, a new runner would only wedge again. A ring
-that did not form (exit 87) is re-created instead: new instance id, new ring ports."""
-ENDED = frozenset({"exited", "stopped", "ready_timeout", "heartbeat_missed", "step_deadline"})
+that did not form (`exitcodes.GROUP_CONNECT_FAILED`) is re-created instead: new instance id, new ring ports."""
+ENDED = frozenset({LifecycleEvent.EXITED, LifecycleEvent.STOPPED, LifecycleEvent.READY_TIMEOUT,
+                   LifecycleEvent.HEARTBEAT_MISSED, LifecycleEvent.STEP_DEADLINE})
 
 
 def process_ended(msg: ChildLifecycle, node_id: str) -> RunnerStatus | None:
     """A runner process ended, whatever the cause: that incarnation no longer serves."""
     if msg.supervisor != "runners" or msg.event not in ENDED:
         return None
-    if msg.event == "stopped":  # its own node stopped it on purpose: not a failure to recover from
-        return RunnerStatus(kind="RunnerFailed", node_id=node_id, orderly=True, exit_code=msg.exit_code,
+    if msg.event == LifecycleEvent.STOPPED:  # its own node stopped it on purpose: not a failure to recover from
+        return RunnerStatus(kind=RunnerKind.FAILED, node_id=node_id, orderly=True, exit_code=msg.exit_code,
                             error_message=f"Terminated (stopped by its supervisor, {msg.detail})")
-    cause = msg.detail if msg.event == "exited" else msg.event.replace("_", " ")
-    return RunnerStatus(kind="RunnerFailed", node_id=node_id, error_message=f"Terminated ({cause})",
-                        exit_code=msg.exit_code if msg.event == "exited" else None)
+    cause = msg.detail if msg.event == LifecycleEvent.EXITED else msg.event.replace("_", " ")
+    return RunnerStatus(kind=RunnerKind.FAILED, node_id=node_id, error_message=f"Terminated ({cause})",
+                        exit_code=msg.exit_code if msg.event == LifecycleEvent.EXITED else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE, RejectReason
-from skulk.wire.state import SERVING_KINDS, Instance, State
+from skulk.wire.state import OPEN_STATUSES, SERVING_KINDS, Instance, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ def load(state: State, instance_id: str, reported: Mapping[str, int] | None = No
     and waiting; the truth about the runner, a report or so late) and the open tasks routed to
     it (which count a burst routed since that report)."""
     tasks = sum(1 for t in state.tasks.values()
-                if t.instance_id == instance_id and t.status in ("Pending", "Running"))
+                if t.instance_id == instance_id and t.status in OPEN_STATUSES)
     inst = state.instances.get(instance_id)
     runner = reported.get(rank0(inst), 0) if reported and inst is not None else 0
     return max(tasks, runner)

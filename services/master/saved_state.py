@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from skulk.services.master.replication import carried_over
@@ -42,7 +42,8 @@ def load(path: Path, node_id: str) -> State | None:
     return carried
 
 
-def boot_placements(state: State, node_id: str, model_ids: list[str]) -> tuple[list[PlaceInstance], list[str]]:
+def boot_placements(state: State, node_id: str, model_ids: list[str],
+                    new_id: Callable[[], str]) -> tuple[list[PlaceInstance], list[str]]:
     """The placements `skulk run --place` asks for at boot, from the replicated catalog, and
     the models still waiting for it (this node's own models are in it once its store role
     reported them: until then they wait; a model that is then still unknown is given up)."""
@@ -53,7 +54,7 @@ def boot_placements(state: State, node_id: str, model_ids: list[str]) -> tuple[l
         if any(i.model_id == model_id for i in state.instances.values()):
             log.info("--place %s: already placed", model_id)
         elif model_id in cards:
-            made.append(PlaceInstance(command_id=uuid.uuid4().hex, card=cards[model_id]))
+            made.append(PlaceInstance(command_id=new_id(), card=cards[model_id]))
         elif reported:
             log.error("--place %s: no node of the cluster and no model store has it", model_id)
         else:

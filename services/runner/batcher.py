@@ -21,7 +21,8 @@ from skulk.services.runner.scheduler import Admission, Limits
 from skulk.services.runner.sessions import Session
 from skulk.services.runner.tracing import RankTraces
 from skulk.supervisor import logctx
-from skulk.wire.inference import Done, FailReason, Failed, Generate, Progress, RankInsert, RankStep, Started
+from skulk.wire.inference import (Done, FailReason, Failed, Generate, Progress, ProgressPhase, RankInsert, RankStep,
+                                  Started)
 from skulk.wire.message import Message
 from skulk.wire.trace_files import now_us
 
@@ -135,7 +136,7 @@ class Batcher:
 
     def keep_alive(self) -> list[Out]:
         """`Progress(queued)` for every waiting request (the API's sign the runner lives)."""
-        return [(s.envelope, Progress(request_id=s.request_id, phase="queued")) for s in self.waiting]
+        return [(s.envelope, Progress(request_id=s.request_id, phase=ProgressPhase.QUEUED)) for s in self.waiting]
 
     # ---- one step --------------------------------------------------------------------------
     def plan(self) -> Plan | None:
@@ -202,7 +203,7 @@ class Batcher:
                         len(self.running))
         for p in out.prompts:
             if (s := self.running.get(p.uid)) is not None and p.done < p.total:
-                outs.append((s.envelope, Progress(request_id=s.request_id, phase="prefill",
+                outs.append((s.envelope, Progress(request_id=s.request_id, phase=ProgressPhase.PREFILL,
                                                   processed=p.done, total=p.total)))
         for tok in out.tokens:
             session = self.running.get(tok.uid)

@@ -1,8 +1,8 @@
 """Load Debian's OpenBLAS before mlx is imported: the Linux CPU fast path.
 
 mlx-cpu bundles the reference BLAS (about 5 GFLOP/s); with OpenBLAS loaded globally first and
-the model in fp32, decode is about 3x and prefill about 19x faster
-(`../shared/reference/mlx-on-linux.md`). The runner logs which path it took.
+the model in fp32, decode is about 3x and prefill about 19x faster (docs/operations.md, "CPU
+speed on Linux"). The runner logs which path it took.
 """
 
 from __future__ import annotations

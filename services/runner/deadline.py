@@ -1,5 +1,5 @@
-"""A hard deadline around a call that may block in C forever, the exit codes it uses, and the
-stall watch's step beats to the supervisor."""
+"""A hard deadline around a call that may block in C forever (it exits with a code from
+`supervisor/exitcodes.py`), and the stall watch's step beats to the supervisor."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("skulk.runner")
-
-GROUP_CONNECT_EXIT = 87  # exitcodes.GROUP_CONNECT_FAILED
-WEDGED_EXIT = 86  # exitcodes.WEDGED
 
 
 class Deadline:

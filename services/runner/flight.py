@@ -1,4 +1,4 @@
-"""The runner's flight recorder (seed 002): where this rank is, kept and told as it happens.
+"""The runner's flight recorder: where this rank is, kept and told as it happens.
 
 `FlightRecorder` keeps a bounded ring of `FlightEntry`s: one at each phase change, and inside a
 long phase one `progress` entry at most every `progress_every_s` (the step that moved is noted
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from skulk.wire.flight import FlightEntry, MlxMemory
+from skulk.wire.flight import FlightEntry, MlxMemory, Phase
 
 RING_SIZE = 512
 PROGRESS_EVERY_S = 1.0
@@ -71,14 +71,14 @@ class FlightRecorder:
         self.ring: deque[FlightEntry] = deque(maxlen=capacity)
         self.lock = threading.Lock()
         self.seq = 0
-        self.phase = "created"
+        self.phase: str = Phase.CREATED
         self.phase_since = self.clock()
         self.last_progress_at = 0.0
         self.last_entry_at = 0.0
         self.task_id = ""
         self.command_id = ""
 
-    def enter(self, phase: str, detail: str = "", task_id: str | None = None, command_id: str | None = None,
+    def enter(self, phase: Phase, detail: str = "", task_id: str | None = None, command_id: str | None = None,
               attrs: dict[str, Any] | None = None, event: str = "enter") -> FlightEntry | None:
         """A phase change (None when already in `phase` for the same task: nothing new)."""
         with self.lock:
@@ -90,7 +90,7 @@ class FlightRecorder:
             return self._record(event, detail, attrs, self.task_id, self.command_id)
 
     def note(self, event: str, detail: str = "", task_id: str = "", command_id: str = "",
-             attrs: dict[str, Any] | None = None, phase: str | None = None) -> FlightEntry:
+             attrs: dict[str, Any] | None = None, phase: Phase | None = None) -> FlightEntry:
         """A named happening (a cancel, a completion, an error), in `phase` when given (which
         then becomes the current phase)."""
         with self.lock:
@@ -173,9 +173,9 @@ class StallWatch:
             if self.sharded:
                 entry = self.recorder.note("waiting_on_ranks", f"step {seq} has not returned for {waited:.1f} s",
                                            attrs={"step": seq, "waitedS": round(waited, 1)},
-                                           phase=f"{kind}_barrier")
+                                           phase=Phase.PREFILL_BARRIER if prefill else Phase.DECODE_BARRIER)
             else:
                 entry = self.recorder.note("long_step", f"{kind} step {seq} has run for {waited:.1f} s",
                                            attrs={"step": seq, "waitedS": round(waited, 1)},
-                                           phase=f"{kind}_stream")
+                                           phase=Phase.PREFILL_STREAM if prefill else Phase.DECODE_STREAM)
             self.publish(entry)

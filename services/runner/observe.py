@@ -14,7 +14,7 @@ from typing import Any
 
 from skulk.services.runner.flight import FlightRecorder, Ident, StallWatch
 from skulk.services.runner.tracing import RankTraces
-from skulk.wire.flight import FlightEntry
+from skulk.wire.flight import FlightEntry, Phase
 from skulk.wire.inference import Done, FailReason, Failed, RankStep, Started
 from skulk.wire.message import Message
 from skulk.wire.trace_files import now_us
@@ -42,7 +42,7 @@ class Observer:
         if entry is not None:
             self.publish(entry)
 
-    def enter(self, phase: str, detail: str = "", **kw: Any) -> None:
+    def enter(self, phase: Phase, detail: str = "", **kw: Any) -> None:
         self.emit(self.recorder.enter(phase, detail, **kw))
 
     # ---- rank 0 ---------------------------------------------------------------------------------
@@ -50,22 +50,22 @@ class Observer:
         """A message the runner is about to send (admission, outcome) as flight entries."""
         if isinstance(msg, Started):
             self.emit(self.recorder.note("admitted", f"{msg.prompt_tokens} prompt tokens, {msg.queued} queued",
-                                         task_id=task_id, command_id=msg.request_id, phase="task_submission",
+                                         task_id=task_id, command_id=msg.request_id, phase=Phase.TASK_SUBMISSION,
                                          attrs={"promptTokens": msg.prompt_tokens, "queued": msg.queued}))
         elif isinstance(msg, Done):
             self.emit(self.recorder.note("done", f"{msg.finish_reason}: {msg.completion_tokens} tokens",
-                                         command_id=msg.request_id, phase="completion",
+                                         command_id=msg.request_id, phase=Phase.COMPLETION,
                                          attrs={"completionTokens": msg.completion_tokens,
                                                 "finishReason": msg.finish_reason}))
         elif isinstance(msg, Failed):
             cancelled = msg.reason == FailReason.CANCELLED
             self.emit(self.recorder.note("cancelled" if cancelled else "failed", msg.error[:200],
                                          command_id=msg.request_id,
-                                         phase="cancel_observed" if cancelled else "error",
+                                         phase=Phase.CANCEL_OBSERVED if cancelled else Phase.ERROR,
                                          attrs={"reason": str(msg.reason)}))
 
     def cancel_requested(self, request_id: str) -> None:
-        self.emit(self.recorder.note("cancel", "", command_id=request_id, phase="cancel_requested"))
+        self.emit(self.recorder.note("cancel", "", command_id=request_id, phase=Phase.CANCEL_REQUESTED))
 
     def sent(self, request_id: str, msg: Message, start_us: int, delivered: bool) -> None:
         """Spans of a traced request's message; its trace is written once its outcome went out
@@ -88,13 +88,13 @@ class Observer:
         if self.stall is not None:
             self.stall.end()
         if prefilling:
-            phase = "prefill_pipeline" if self.sharded else "prefill_stream"
+            phase = Phase.PREFILL_PIPELINE if self.sharded else Phase.PREFILL_STREAM
         elif tokens:
-            phase = "decode_stream"
+            phase = Phase.DECODE_STREAM
         elif not running:
-            phase = "idle"
+            phase = Phase.IDLE
         else:
-            phase = "decode_wait_first_token"
+            phase = Phase.DECODE_WAIT_FIRST_TOKEN
         self.emit(self.recorder.enter(phase, f"batch {running}", task_id=task_id or None,
                                       command_id=command_id or None))
         self.emit(self.recorder.progress({"batch": running, "tokens": tokens, "prefilling": prefilling}))
@@ -103,7 +103,7 @@ class Observer:
         """A follower's view of rank 0's decision: which traced requests joined."""
         if step.inserts:
             self.emit(self.recorder.note("step_received", f"step {step.seq}: {len(step.inserts)} joining",
-                                         phase="task_agreement", attrs={"step": step.seq}))
+                                         phase=Phase.TASK_AGREEMENT, attrs={"step": step.seq}))
         for ins in step.inserts:
             if ins.trace_task:
                 self.traces.joined_follower(ins.uid, ins.trace_task)
@@ -120,5 +120,5 @@ class Observer:
     def shutdown(self) -> None:
         if self.stall is not None:
             self.stall.stop()  # joined: its socket may be closed after this
-        self.emit(self.recorder.note("stopping", "orderly stop", phase="shutdown_cleanup"))
+        self.emit(self.recorder.note("stopping", "orderly stop", phase=Phase.SHUTDOWN_CLEANUP))
         self.traces.flush(2.0)  # spans of requests that ended just before the stop

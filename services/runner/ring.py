@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from skulk.services.runner import llama_split
-from skulk.services.runner.deadline import GROUP_CONNECT_EXIT, Deadline
+from skulk.services.runner.deadline import Deadline
 from skulk.services.runner.quant_path import QuantMode
+from skulk.supervisor import exitcodes
 from skulk.wire.accelerator import gather
 from skulk.wire.model_cards import LLAMA_LAYOUT
 
@@ -53,7 +54,7 @@ def connect_group(ring: Ring) -> Any:
     with Deadline(ring.connect_deadline_s, f"rank {ring.rank} forming its mx.distributed ring with "
                   f"{', '.join(ring.hosts)} (SKULK_GROUP_CONNECT_DEADLINE_SECONDS)",
                   "a peer rank is down, or its port is unreachable or taken: check the peers' "
-                  "runner logs and firewalls", GROUP_CONNECT_EXIT):
+                  "runner logs and firewalls", exitcodes.GROUP_CONNECT_FAILED):
         return mx.distributed.init(backend="ring", strict=True)
 
 

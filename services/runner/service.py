@@ -13,7 +13,6 @@ master on the bus in `RunnerReport`, off the replicated state: busy and idle are
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import time
@@ -28,7 +27,7 @@ from skulk.services.base import ServiceLoop
 from skulk.services.runner import embed_engine, lockstep
 from skulk.services.runner.batch_engine import MlxBatchEngine
 from skulk.services.runner.batcher import Batcher, Out, follow
-from skulk.services.runner.deadline import WEDGED_EXIT, Deadline, StepBeats
+from skulk.services.runner.deadline import Deadline, StepBeats
 from skulk.services.runner.engine import Engine
 from skulk.services.runner.flight import Ident
 from skulk.services.runner.observe import Observer
@@ -37,15 +36,17 @@ from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, use_device
 from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.services.runner.scheduler import Limits
+from skulk.supervisor import exitcodes
+from skulk.supervisor.role_args import RunnerArgs
 from skulk.wire.errors import WireError
 from skulk.wire.model_cards import drafter_of
 from skulk.wire.events import RunnerReport
 from skulk.wire.inference import Cancel, Done, Embed, Failed, FailReason, Generate, Started
 from skulk.wire import endpoints
-from skulk.wire.flight import FlightEntry
+from skulk.wire.flight import FlightEntry, Phase
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, publish, recv_routed, send_routed
-from skulk.wire.state import RunnerStatus
+from skulk.wire.state import RunnerKind, RunnerStatus
 from skulk.wire.topics import EVT_FLIGHT, EVT_RUNNER
 from skulk.wire.trace_files import now_us
 
@@ -59,46 +60,48 @@ PROGRESS_INTERVAL_S = 1.0
 
 
 class Runner:
-    def __init__(self, loop: ServiceLoop, ns: argparse.Namespace, blas: str | None,
+    def __init__(self, loop: ServiceLoop, args: RunnerArgs, blas: str | None,
                  engine: Engine | None = None) -> None:
         self.loop = loop
-        self.ns = ns
-        self.status = RunnerStatus(kind="RunnerIdle", node_id=ns.node_id)
-        hosts = tuple(h for h in ns.hosts.split(",") if h)
-        self.ring = Ring(rank=ns.rank, hosts=hosts, sharding=ns.sharding,
-                         split=tuple(int(x) for x in ns.split.split(",") if x),
-                         hostfile=loop.rt.args.run_dir / f"{ns.runner_id}.hosts.json",
-                         connect_deadline_s=ns.group_connect_deadline) if len(hosts) > 1 else None
+        place, settings = args.placement, args.settings
+        self.place, self.settings = place, settings
+        self.status = RunnerStatus(kind=RunnerKind.IDLE, node_id=place.node_id)
+        hosts = place.hosts
+        self.ring = Ring(rank=place.rank, hosts=hosts, sharding=place.sharding, split=place.split,
+                         hostfile=loop.rt.args.run_dir / f"{place.runner_id}.hosts.json",
+                         connect_deadline_s=settings.group_connect_deadline) if len(hosts) > 1 else None
         # An embedding model's runner serves `Embed` only (embed_engine.py), never sharded.
-        self.embedder = (embed_engine.for_model(Path(ns.model_dir), ns.model_id, ns.queue_max, bool(ns.embedding))
+        self.embedder = (embed_engine.for_model(place.model_dir, place.model_id, settings.queue_max, place.embedding)
                          if engine is None and self.ring is None else None)
         if self.embedder is not None:  # the boot needs only its load, warmup and path
             engine = self.embedder.engine  # type: ignore[assignment]
         self.engine: Engine = engine or MlxBatchEngine(
-            Path(ns.model_dir), self.ring, max_batch=ns.max_batch, prefill_chunk=ns.prefill_chunk,
-            prefix_cache_bytes=ns.prefix_cache_mb << 20, quant_mode=QuantMode(ns.quantized),
-            spec=SpecSettings(spec_mode(ns.spec_mode, Path(ns.model_dir)), ns.spec_draft_tokens, ns.spec_max_streams,
-                              ns.spec_drafter))
-        traces = RankTraces(loop.rt.args.home, ns.node_id, "", ns.model_id, ns.rank)
-        self.batcher = Batcher(self.engine, Limits(max_batch=ns.max_batch, queue_max=ns.queue_max), traces=traces)
+            place.model_dir, self.ring, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
+            prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized),
+            spec=SpecSettings(spec_mode(settings.spec_mode, place.model_dir), settings.spec_draft_tokens,
+                              settings.spec_max_streams, settings.spec_drafter))
+        traces = RankTraces(loop.rt.args.home, place.node_id, "", place.model_id, place.rank)
+        self.batcher = Batcher(self.engine, Limits(max_batch=settings.max_batch, queue_max=settings.queue_max),
+                               traces=traces)
         sharded = self.ring is not None
         # The stall watch publishes and beats from its own thread, so on its own sockets.
         stall_sock = make_socket(loop.ctx, zmq.PUB, hwm=100, connect=endpoints.bus_in(loop.rt.args.run_dir))
         self.step_beats = StepBeats(loop.ctx, loop.rt.args.run_dir, loop.rt.args.child_id)
         self.observer = Observer(
-            Ident(ns.runner_id, ns.instance_id, ns.model_id, ns.node_id, ns.rank, max(1, len(hosts))), traces,
-            self.publish_entry, lambda e: publish(stall_sock, EVT_FLIGHT, e, ns.runner_id), sharded,
+            Ident(place.runner_id, place.instance_id, place.model_id, place.node_id, place.rank, max(1, len(hosts))),
+            traces,
+            self.publish_entry, lambda e: publish(stall_sock, EVT_FLIGHT, e, place.runner_id), sharded,
             self.step_beats.send)
         self.stall_sock = stall_sock
         self.leader: lockstep.Leader | None = None
         self.follower: lockstep.Follower | None = None
-        if self.ring is not None and ns.rank == 0:
-            self.leader = lockstep.Leader(loop.ctx, ns.listen, ns.control.rsplit(":", 1)[1], len(hosts) - 1)
+        if self.ring is not None and place.rank == 0:
+            self.leader = lockstep.Leader(loop.ctx, place.listen, place.control.rsplit(":", 1)[1], len(hosts) - 1)
         elif self.ring is not None:
-            self.follower = lockstep.Follower(loop.ctx, ns.control, ns.rank)
-        self.router = make_socket(loop.ctx, zmq.ROUTER, hwm=100000, bind=f"tcp://{ns.listen}:*")
+            self.follower = lockstep.Follower(loop.ctx, place.control, place.rank)
+        self.router = make_socket(loop.ctx, zmq.ROUTER, hwm=100000, bind=f"tcp://{place.listen}:*")
         port = self.router.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
-        self.endpoint = f"tcp://{ns.advertise}:{port}"
+        self.endpoint = f"tcp://{place.advertise}:{port}"
         self.blas = blas
         self.reported_load = (-1, -1)
         self.load_reported_at = 0.0
@@ -110,7 +113,7 @@ class Runner:
         self.step_beats.close()
 
     def publish_entry(self, entry: FlightEntry) -> None:
-        self.loop.publish(EVT_FLIGHT, entry, suffix=self.ns.runner_id)
+        self.loop.publish(EVT_FLIGHT, entry, suffix=self.place.runner_id)
 
     def report(self, **change: Any) -> None:
         if change:
@@ -118,13 +121,11 @@ class Runner:
         active, waiting = self.load()
         self.reported_load, self.load_reported_at = (active, waiting), time.monotonic()
         total = self.batcher.tokens_total
-        self.loop.publish(EVT_RUNNER, RunnerReport(runner_id=self.ns.runner_id, instance_id=self.ns.instance_id,
-                                                   status=self.status, active=active, waiting=waiting,
-                                                   phase=self.observer.recorder.phase,
-                                                   tok_s=round(self.observer.rate(total), 2), pid=os.getpid(),
-                                                   tokens_total=total),
-                          suffix=self.ns.runner_id)
-        self.loop.status_detail = f"{self.status.kind} {self.ns.model_id} batch {active} waiting {waiting}"
+        self.loop.publish(EVT_RUNNER, RunnerReport(
+            runner_id=self.place.runner_id, instance_id=self.place.instance_id, status=self.status, active=active,
+            waiting=waiting, phase=self.observer.recorder.phase, tok_s=round(self.observer.rate(total), 2),
+            pid=os.getpid(), tokens_total=total), suffix=self.place.runner_id)
+        self.loop.status_detail = f"{self.status.kind} {self.place.model_id} batch {active} waiting {waiting}"
 
     def load(self) -> tuple[int, int]:
         """Requests running and waiting (generation batch, or embedding queue)."""
@@ -137,41 +138,42 @@ class Runner:
 
     def boot(self) -> None:
         """Load and warm up under SKULK_WARMUP_DEADLINE_SECONDS: a wedge is loud, never silent."""
-        with Deadline(self.ns.warmup_deadline, f"runner {self.ns.runner_id} load + warmup of {self.ns.model_id}",
+        what = f"runner {self.place.runner_id} load + warmup of {self.place.model_id}"
+        with Deadline(self.settings.warmup_deadline, what,
                       "the GPU may be wedged: if this line recurs on this machine, reboot it "
                       "(a wedged Metal/CUDA device is not recovered by restarting processes)",
-                      WEDGED_EXIT, self.fail_before_exit):
+                      exitcodes.WEDGED, self.fail_before_exit):
             self._boot()
 
     def fail_before_exit(self, message: str, exit_code: int) -> None:
-        self.report(kind="RunnerFailed", error_message=message, exit_code=exit_code)
+        self.report(kind=RunnerKind.FAILED, error_message=message, exit_code=exit_code)
         self.loop.rt.bus.close(linger=1000)
 
     def _boot(self) -> None:
-        self.report(kind="RunnerLoading", total_layers=self.ns.end_layer - self.ns.start_layer)
+        self.report(kind=RunnerKind.LOADING, total_layers=self.place.end_layer - self.place.start_layer)
         faults.inject("runner", "load")
         t0 = time.monotonic()
         if self.ring is not None:
-            self.observer.enter("connect_group", f"{self.ring.sharding} over {len(self.ring.hosts)} hosts")
-        self.observer.enter("load_model", self.ns.model_id)
+            self.observer.enter(Phase.CONNECT_GROUP, f"{self.ring.sharding} over {len(self.ring.hosts)} hosts")
+        self.observer.enter(Phase.LOAD_MODEL, self.place.model_id)
         if isinstance(self.engine, MlxBatchEngine) or self.embedder is not None:
             log.info("device: %s", use_device())
         self.engine.load()
-        log.info("loaded %s in %.2fs; engine path: %s; BLAS: %s; batch %d, queue %d", self.ns.model_id,
+        log.info("loaded %s in %.2fs; engine path: %s; BLAS: %s; batch %d, queue %d", self.place.model_id,
                  time.monotonic() - t0, self.engine.path,
                  f"OpenBLAS preloaded ({self.blas})" if self.blas else "mlx bundled (reference) BLAS",
-                 self.ns.max_batch, self.ns.queue_max)
-        self.report(kind="RunnerLoaded", layers_loaded=self.status.total_layers)
-        self.report(kind="RunnerWarmingUp")
-        self.observer.enter("warmup")
+                 self.settings.max_batch, self.settings.queue_max)
+        self.report(kind=RunnerKind.LOADED, layers_loaded=self.status.total_layers)
+        self.report(kind=RunnerKind.WARMING_UP)
+        self.observer.enter(Phase.WARMUP)
         faults.inject("runner", "warmup")
         self.engine.warmup()
         if self.leader is not None:
-            self.leader.wait_hellos(self.ns.group_connect_deadline)
-        self.observer.enter("idle", "ready")
-        self.report(kind="RunnerReady", endpoint=self.endpoint, engine_path=self.engine.path,
+            self.leader.wait_hellos(self.settings.group_connect_deadline)
+        self.observer.enter(Phase.IDLE, "ready")
+        self.report(kind=RunnerKind.READY, endpoint=self.endpoint, engine_path=self.engine.path,
                     speculation=str(getattr(self.engine, "speculation", "")))
-        log.info("runner %s ready on %s", self.ns.runner_id, self.endpoint)
+        log.info("runner %s ready on %s", self.place.runner_id, self.endpoint)
 
     # ---- rank 0: requests and steps ---------------------------------------------------------
     def on_request(self, sock: zmq.Socket[Any]) -> None:
@@ -187,7 +189,7 @@ class Runner:
             if self.embedder is not None:
                 self.send(self.embedder.answer(envelope, msg))
             elif isinstance(msg, Embed):
-                self.send(embed_engine.refuse_embed(envelope, msg, self.ns.model_id))
+                self.send(embed_engine.refuse_embed(envelope, msg, self.place.model_id))
             elif isinstance(msg, Generate):
                 self.send(self.batcher.on_generate(envelope, msg, now), msg.task_id)
             elif isinstance(msg, Cancel) and (ended := self.batcher.cancel(msg.request_id)):
@@ -263,43 +265,14 @@ def spec_mode(asked: str, model_dir: Path) -> SpecMode:
     return SpecMode.DRAFTER if drafter_of(model_dir) else SpecMode.OFF
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="skulk.services.runner")
-    for name in ("--runner-id", "--instance-id", "--node-id", "--model-id", "--model-dir"):
-        p.add_argument(name, required=True)
-    p.add_argument("--listen", default="127.0.0.1")
-    p.add_argument("--advertise", default="127.0.0.1")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--start-layer", type=int, default=0)
-    p.add_argument("--end-layer", type=int, default=0)
-    p.add_argument("--sharding", default="Pipeline")
-    p.add_argument("--hosts", default="")
-    p.add_argument("--split", default="")
-    p.add_argument("--control", default="")
-    p.add_argument("--warmup-deadline", type=float, default=300.0)
-    p.add_argument("--group-connect-deadline", type=float, default=120.0)
-    p.add_argument("--max-batch", type=int, default=16)
-    p.add_argument("--queue-max", type=int, default=64)
-    p.add_argument("--prefill-chunk", type=int, default=256)
-    p.add_argument("--prefix-cache-mb", type=int, default=512)
-    p.add_argument("--quantized", choices=[m.value for m in QuantMode], default=QuantMode.AUTO.value)
-    p.add_argument("--spec-mode", choices=["", *(m.value for m in SpecMode)], default="")
-    p.add_argument("--spec-draft-tokens", type=int, default=4)
-    p.add_argument("--spec-max-streams", type=int, default=1)
-    p.add_argument("--spec-drafter", default="")
-    p.add_argument("--embedding", type=int, choices=(0, 1), default=0)  # the card's task: serve `Embed`
-    return p.parse_args(argv)
-
-
 def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
-    ns = parse(argv)
-    runner = Runner(loop, ns, blas)
+    args = RunnerArgs.from_argv(argv)
+    runner = Runner(loop, args, blas)
     try:
         runner.boot()
     except Exception as exc:
-        log.exception("runner %s failed to load %s", ns.runner_id, ns.model_id)
-        runner.report(kind="RunnerFailed", error_message=f"{type(exc).__name__}: {exc}")
+        log.exception("runner %s failed to load %s", args.placement.runner_id, args.placement.model_id)
+        runner.report(kind=RunnerKind.FAILED, error_message=f"{type(exc).__name__}: {exc}")
         loop.rt.bus.close(linger=1000)  # let the failure report reach the bus before exit
         raise ValueError(f"load failed: {exc}") from exc
     if runner.follower is not None:

@@ -11,7 +11,6 @@ cards (the catalog: `<home>/models`, and the store on the store host; reading a 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import queue
 import threading
@@ -21,7 +20,7 @@ from skulk.services.base import ServiceLoop
 from skulk.services.store.files import list_files, model_dirs
 from skulk.services.store.registry import Registry
 from skulk.services.store.server import StoreApp, serve
-from skulk.supervisor import model_store
+from skulk.supervisor.role_args import StoreRoleArgs
 from skulk.wire.catalog import CatalogReport
 from skulk.wire.model_cards import scan
 from skulk.wire.topics import EVT_CATALOG
@@ -40,30 +39,6 @@ def publish_catalog(loop: ServiceLoop, models: Path, store: Path | None) -> None
     if store is not None:
         stored, _bad = scan(store)
         loop.publish(EVT_CATALOG, CatalogReport(cards=tuple(stored.values()), in_store=True), suffix="store")
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """`model_store.store_argv`'s arguments (`--store-path` absent: no store), among them whether
-    this node is the store host (`--is-store-host 0/1`; absent: decided from `--store-host`
-    and this node's `--node-id` / `--node-name`)."""
-    p = argparse.ArgumentParser(prog="skulk.services.store")
-    model_store.add_store_arguments(p)
-    p.add_argument("--node-id", default="")
-    p.add_argument("--node-name", default="")
-    p.add_argument("--listen", default="0.0.0.0", help="address the store's HTTP server binds")
-    return p.parse_args(argv)
-
-
-def store_host_here(ns: argparse.Namespace) -> bool:
-    """Whether this node serves the store (pure over the parsed arguments)."""
-    if ns.store_path is None:
-        return False
-    if ns.is_store_host is not None:
-        return bool(ns.is_store_host)
-    if not ns.store_host:
-        return False
-    return ns.store_host == ns.node_id or (bool(ns.node_name)
-                                           and model_store.same_name(ns.store_host, ns.node_name))
 
 
 class Hasher:
@@ -107,24 +82,26 @@ class Hasher:
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
-    ns = parse_args(argv)
+    args = StoreRoleArgs.from_argv(argv)
+    slice_ = args.store
     models = loop.rt.args.home / "models"
     models.mkdir(parents=True, exist_ok=True)
-    store_dir = ns.store_path.expanduser().resolve() if store_host_here(ns) else None
-    loop.every(CATALOG_INTERVAL_S, lambda: publish_catalog(loop, models, store_dir), first_in=0.0)
-    if not store_host_here(ns):
+    if slice_ is None or not args.serves_store():
+        loop.every(CATALOG_INTERVAL_S, lambda: publish_catalog(loop, models, None), first_in=0.0)
+
         def scan() -> None:
-            where = f"; store at {ns.store_path} (another node hosts it)" if ns.store_path else ""
+            where = f"; store at {slice_.store_path} (another node hosts it)" if slice_ else ""
             loop.status_detail = f"{len(model_dirs(models))} model(s) in {models}{where}"
 
         scan()
         loop.every(SCAN_INTERVAL_S, scan)
         return
 
-    store = ns.store_path.expanduser().resolve()
+    store = slice_.store_path.expanduser().resolve()
     store.mkdir(parents=True, exist_ok=True)
+    loop.every(CATALOG_INTERVAL_S, lambda: publish_catalog(loop, models, store), first_in=0.0)
     registry = Registry(store)
-    server = serve(StoreApp(store, registry, bool(ns.allow_hf_fallback)), ns.listen, ns.store_port)
+    server = serve(StoreApp(store, registry, slice_.allow_hf_fallback), args.listen, slice_.store_port)
     port = server.server_address[1]
     hasher = Hasher(store, registry)
 

@@ -1,4 +1,4 @@
-"""Which staged copies to delete (pure): one mechanism for the runbook's three triggers (an
+"""Which staged copies to delete (pure): one mechanism for all three triggers (an
 instance's deactivation, node start-up, `POST /store/purge-staging`).
 
 A copy is a candidate only when no live runner of this node uses it and it is no in-use

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from skulk.wire import metrics
 from skulk.wire.events import RunnerReport
-from skulk.wire.state import RUNNER_KINDS, State
+from skulk.wire.state import RunnerKind, State
 
 
 def token_delta(seen: tuple[int, int] | None, now: tuple[int, int]) -> int:
@@ -43,7 +43,7 @@ class RunnerGauges:
         labels = (report.runner_id, report.instance_id, inst.model_id if inst else "")
         metrics.RUNNER_WAITING.labels(*labels).set(report.waiting)
         metrics.RUNNER_ACTIVE.labels(*labels).set(report.active)
-        for kind in RUNNER_KINDS:
+        for kind in RunnerKind:
             metrics.RUNNER_STATE.labels(*labels, kind).set(1 if kind == report.status.kind else 0)
         seen = (report.pid, report.tokens_total)
         if added := token_delta(self.tokens.get(report.runner_id), seen):

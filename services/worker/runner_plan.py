@@ -8,9 +8,10 @@ while routing still skips its node."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from skulk.supervisor.role_args import RunnerPlacement
 from skulk.wire.placement import ring_port
 from skulk.wire.state import State
 
@@ -18,7 +19,7 @@ from skulk.wire.state import State
 @dataclass(frozen=True, slots=True)
 class RunnerStart:
     runner_id: str
-    args: tuple[str, ...]
+    args: tuple[str, ...]  # its `RunnerPlacement`, after the node's runner settings (the template's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ def plan(state: State, node_id: str, running: set[str], locate: Callable[[str], 
         model_dir = locate(inst.model_id)
         absent = ([inst.model_id] if model_dir is None else []) + \
             [c for c in inst.card.companions if locate(c) is None]  # its companions are staged with it
-        if absent:
+        if absent or model_dir is None:
             missing.update(absent)
             if rid in running:  # a runner already on it (a copy is never removed under one)
                 wanted[rid] = RunnerStart(rid, ())
@@ -56,16 +57,15 @@ def plan(state: State, node_id: str, running: set[str], locate: Callable[[str], 
         ranks = sorted(inst.runner_to_shard.values(), key=lambda m: m.device_rank)
         control = f"{inst.ring_hosts[0].rsplit(':', 1)[0]}:{ring_port(inst.instance_id, -1)}" \
             if inst.ring_hosts else ""
-        distributed = ("--sharding", shard.kind, "--hosts", ",".join(inst.ring_hosts),
-                       "--split", ",".join(str(m.end_layer - m.start_layer) for m in ranks),
-                       "--control", control) if shard.world_size > 1 else ()
-        wanted[rid] = RunnerStart(rid, (*distributed,
-            "--runner-id", rid, "--instance-id", inst.instance_id, "--node-id", node_id,
-            "--model-id", inst.model_id, "--model-dir", str(model_dir),
-            "--listen", listen, "--advertise", advertise,
-            "--rank", str(shard.device_rank), "--world-size", str(shard.world_size),
-            "--start-layer", str(shard.start_layer), "--end-layer", str(shard.end_layer),
-            "--embedding", "1" if inst.card.is_embedding else "0"))
+        placement = RunnerPlacement(
+            runner_id=rid, instance_id=inst.instance_id, node_id=node_id, model_id=inst.model_id,
+            model_dir=model_dir, listen=listen, advertise=advertise, rank=shard.device_rank,
+            world_size=shard.world_size, start_layer=shard.start_layer, end_layer=shard.end_layer,
+            embedding=inst.card.is_embedding)
+        if shard.world_size > 1:
+            placement = replace(placement, sharding=shard.kind, hosts=inst.ring_hosts, control=control,
+                                split=tuple(m.end_layer - m.start_layer for m in ranks))
+        wanted[rid] = RunnerStart(rid, placement.to_argv())
     start = [] if node_id in state.restarting else [s for rid, s in sorted(wanted.items()) if rid not in running]
     stop = sorted(rid for rid in running if rid not in wanted)
     return Plan(start, stop, sorted(missing), sorted({m for s in start for m in models[s.runner_id]}))

@@ -7,7 +7,7 @@ directory on the store host, or a staged copy it makes from the store (`staging.
 reporting the copy's progress on the bus for the master to replicate. A copy that fails fails its runner, so the leader's recovery
 deletes (and, with back-off, re-creates) the instance with the reason: nothing waits forever.
 
-Staged copies are evicted by one policy (`eviction.py`) on the runbook's three triggers: a
+Staged copies are evicted by one policy (`eviction.py`) on three triggers: a
 model no longer used here (an instance's deactivation), start-up (copies orphaned by a crash),
 and the operator's purge (a replicated event every worker acts on once). The runners' reports
 on the bus become their Prometheus metrics here (`runner_gauges.py`).
@@ -15,7 +15,6 @@ on the bus become their Prometheus metrics here (`runner_gauges.py`).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 import time
@@ -27,7 +26,7 @@ import zmq
 from skulk.wire.replica import TOPICS, ReplicaCore, drain_bus, snapshot_request, take_snapshot
 from skulk.services.base import ServiceLoop
 from skulk.services.worker import eviction
-from skulk.supervisor.model_store import add_store_arguments, store_from_args
+from skulk.supervisor.role_args import WorkerArgs
 from skulk.services.worker.runner_gauges import RunnerGauges
 from skulk.services.worker.runner_keeper import RunnerKeeper
 from skulk.services.worker.decide import eviction_due, plan_staging
@@ -38,7 +37,7 @@ from skulk.wire.models import dir_name
 from skulk.wire.sockets import drain, make_socket, recv_published, send
 from skulk.wire.staging import DownloadKind, DownloadReport
 from skulk.wire.staged import LAST_USED, in_use_here, is_staged, model_id_of, staged_copies, store_url
-from skulk.wire.state import RunnerStatus, State
+from skulk.wire.state import RunnerKind, RunnerStatus, State
 from skulk.wire.topics import EVT_DOWNLOAD, EVT_RUNNER
 
 log = logging.getLogger("skulk.worker")
@@ -48,11 +47,11 @@ PURGED = ".skulk-purged"
 
 
 class Worker:
-    def __init__(self, loop: ServiceLoop, ns: argparse.Namespace) -> None:
-        self.loop, self.ns = loop, ns
+    def __init__(self, loop: ServiceLoop, args: WorkerArgs) -> None:
+        self.loop, self.args = loop, args
         self.models_dir = loop.rt.args.home / "models"
-        self.store = store_from_args(ns, loop.rt.args.home)
-        host = self.store is not None and bool(ns.is_store_host)  # decided by the supervisor (store_argv)
+        self.store = args.store.config(loop.rt.args.home) if args.store else None
+        host = args.store is not None and bool(args.store.is_store_host)  # decided by the supervisor
         self.store_path = self.store.store_path if self.store and host else None  # loads straight from it
         staging = self.store.staging if self.store else None
         self.staging = staging.node_cache_path if staging and staging.enabled and not host else None
@@ -62,7 +61,8 @@ class Worker:
         self.replica = ReplicaCore()  # fed from this loop (`setup`): one poll loop per process
         self.keeper = RunnerKeeper(make_socket(loop.ctx, zmq.DEALER,
                                                connect=endpoints.supervisor_control(loop.rt.args.run_dir)),
-                                   ns.node_id, self.locate, ns.listen, ns.advertise, self.synced, self.on_plan)
+                                   args.node_id, self.locate, args.listen, args.advertise, self.synced,
+                                   self.on_plan)
         self.seen_idx = -1
         self.in_use: set[str] | None = None  # models this node's runners use (None: not known yet)
         self.purged = self._read_purged()  # the last purge acted on, kept across restarts
@@ -91,16 +91,16 @@ class Worker:
             if self.staging is not None and is_staged(self.staging / dir_name(model_id)):
                 (self.staging / dir_name(model_id) / LAST_USED).touch()
         failed = self.stager.failed if self.stager else {}
-        decided = plan_staging(state, self.ns.node_id, missing, failed, self.stager is not None)
+        decided = plan_staging(state, self.args.node_id, missing, failed, self.stager is not None)
         for model_id in decided.forget:
             self.stager.retry(model_id)  # type: ignore[union-attr]
         for model_id in decided.stage:
             assert self.store is not None and self.stager is not None
             self.stager.want(model_id, store_url(self.store.store_host, self.store.store_http_host,
-                                                 self.store.store_port, state, self.ns.listen))
+                                                 self.store.store_port, state, self.args.listen))
         for waiting, why in decided.fail:
             self.fail_runner(waiting.runner_id, waiting.instance_id, why)
-        mine = in_use_here(state, self.ns.node_id)
+        mine = in_use_here(state, self.args.node_id)
         if eviction_due(mine, self.in_use):
             self.evict(mine, purge=False)
         self.in_use = mine
@@ -119,7 +119,7 @@ class Worker:
         instance with the reason (and re-creates it with back-off, up to its limit)."""
         self.loop.publish(EVT_RUNNER, RunnerReport(
             runner_id=runner_id, instance_id=instance_id,
-            status=RunnerStatus(kind="RunnerFailed", node_id=self.ns.node_id,
+            status=RunnerStatus(kind=RunnerKind.FAILED, node_id=self.args.node_id,
                                 error_message=f"staging failed: {why}")), suffix=runner_id)
 
     def tick(self) -> None:
@@ -172,13 +172,8 @@ class Worker:
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
-    p = argparse.ArgumentParser(prog="skulk.services.worker")
-    p.add_argument("--node-id", required=True)
-    p.add_argument("--listen", default="0.0.0.0")
-    add_store_arguments(p)  # none given: no store, models come from the models dir
-    ns = p.parse_args(argv)
-    ns.advertise = "127.0.0.1" if ns.listen in ("0.0.0.0", "::", "") else ns.listen
-    worker = Worker(loop, ns)
+    args = WorkerArgs.from_argv(argv)
+    worker = Worker(loop, args)
     run = loop.rt.args.run_dir
     sub = make_socket(loop.ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(run), subscribe=TOPICS)
     to_master = make_socket(loop.ctx, zmq.DEALER, connect=endpoints.master_local(run))
@@ -197,4 +192,5 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     loop.every(0.2, worker.tick, first_in=0.1)
     loop.every(1.0, worker.keeper.ask, first_in=0.1)
     loop.on_stop(worker.stager.stopping.set if worker.stager else (lambda: None))
-    log.info("worker: staging into %s; store host %s", worker.staging or "-", ns.store_host or "-")
+    log.info("worker: staging into %s; store host %s", worker.staging or "-",
+             args.store.store_host if args.store else "-")

@@ -22,11 +22,11 @@ import yaml
 import zmq
 
 from skulk.scripts.admin_client import request
-from skulk.scripts.ports import free_port
 from skulk.wire import codec, endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildStatus
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket
+from tools.ports import free_port
 
 
 @dataclass

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from scripts.stream_load import StreamLoad, chat_body, summary
 from tests.integration.batch_clients import all_at_once, body, compare, complete, max_logprob_gap, prompt, tokens_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
+from tools.stream_load import StreamLoad, chat_body, summary
 
 LOGPROB_TOL = 2e-3
 BLOCKED = {"SKULK_CPU_BLOCKED_MATMUL": "1"}

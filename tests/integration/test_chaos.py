@@ -1,5 +1,5 @@
 """The chaos soak, short: 3 real nodes, streaming clients on every node, random faults from a
-fixed seed (`skulk.scripts.chaos`; the 10-minute run is `python -m skulk.scripts.chaos`), and
+fixed seed (`tools.chaos`; the 10-minute run is `python -m tools.chaos`), and
 the regressions the soak found, each reproduced on its own."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import os
 import signal
 import uuid
 
-from skulk.scripts.chaos import Soak, SoakConfig
-from skulk.scripts.chaos_report import report
 from skulk.wire.cluster import Membership
 from skulk.wire.state import StateHead
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, wait_until
 from tests.integration.serving import MODEL, http_json
+from tools.chaos import Soak, SoakConfig
+from tools.chaos_report import report
 
 SEED = 2
 """Its schedule starts: a whole node frozen, a master role killed, a store role killed, a

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import time
 
+from skulk.supervisor.tree import ROLES
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
-from skulk.scripts.stream_load import StreamLoad, chat_body, summary
-from skulk.supervisor.tree import ROLES
+from tools.stream_load import StreamLoad, chat_body, summary
 
 
 def ask_meanwhile(node, clients: int = 4) -> tuple[StreamLoad, float]:

@@ -1,7 +1,7 @@
 """Each failure reproduced under load (several concurrent clients, streaming and not): every
 client gets its answer or its error (the fast path's error, not a stall timeout's), none hangs
 (every wait has a deadline), and the cluster serves the model again afterwards. Every measured
-time is printed; the 2 s target is checked by `skulk.scripts.bench_node_kill`, not here."""
+time is printed; the 2 s target is checked by `tools.bench_node_kill`, not here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import uuid
 
 import pytest
 
-from skulk.scripts.stream_load import StreamLoad, chat_body, summary
 from skulk.supervisor.tree import RUNNER_SHUTDOWN_S
 from skulk.wire.commands import (INSTANCE_DELETED, INSTANCE_LOST, NO_INSTANCE, NO_READY_INSTANCE, RUNNER_LOST,
                                  SESSION_CHANGED)
@@ -21,6 +20,7 @@ from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
+from tools.stream_load import StreamLoad, chat_body, summary
 
 PROMPT = "Explain, step by step and at length, why errors should never pass silently."
 
@@ -90,8 +90,8 @@ def check_outcomes(outcomes, fault_at: float, what: str, may_finish: bool = Fals
     return times
 
 
-def test_upstream_bug_report_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
-    """seed 003: many concurrent long requests, one runner killed with SIGABRT: no hang; the
+def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
+    """Many concurrent long requests, one runner killed with SIGABRT: no client hangs; the
     other instance finishes its requests; new requests are served at once."""
     node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
     wait_model_ready(node)
@@ -224,7 +224,7 @@ def test_master_loss_keeps_live_streams_and_fails_boundary_commands(nodes, demo_
     finished = [o.done and o.error is None and o.finish_reason == "length" for o in outcomes]
     assert all(f for f, s in zip(finished, streaming) if s), "a stream whose runner lives was cut"
     # A request not yet routed when the leader died was a command in flight at the session
-    # boundary: the runbook's session-changed error (to retry) is its answer, never a hang.
+    # boundary: the session-changed error (503, to retry) is its answer, never a hang.
     assert all(f or o.error == SESSION_CHANGED for f, o in zip(finished, outcomes)), summary(outcomes)
     survivors = [n for n in cluster if n is not master]
     wait_until(via, lambda: converged(survivors, 2), 30, "new master")

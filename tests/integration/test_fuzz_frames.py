@@ -1,6 +1,6 @@
 """Fuzzing every ZeroMQ port of a real node serving the demo model: random, truncated,
-oversized and wrong-type frames (scripts/fuzz_frames.py) at the cluster ports from outside and
-the node-local ports from this process (scripts/fuzz_ports.py). Pass: no role crashed or
+oversized and wrong-type frames (tools/fuzz_frames.py) at the cluster ports from outside and
+the node-local ports from this process (tools/fuzz_ports.py). Pass: no role crashed or
 restarted, memory bounded, bad frames logged once per peer (not per frame), and the node
 serves a normal request afterwards. `SKULK_FUZZ_SECONDS=600` runs it deeply."""
 
@@ -11,10 +11,10 @@ import random
 
 import pytest
 
-from skulk.scripts.fuzz_checks import NodeProbe, problems
-from skulk.scripts.fuzz_ports import fire, node_targets, runner_endpoints, runner_target
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.serving import MODEL, http_json, wait_model_ready
+from tools.fuzz_checks import NodeProbe, problems
+from tools.fuzz_ports import fire, node_targets, runner_endpoints, runner_target
 
 SECONDS = float(os.environ.get("SKULK_FUZZ_SECONDS", "15"))
 

@@ -1,5 +1,5 @@
 """Property-based fuzzing of every route of a real node's OpenAPI document with schemathesis
-(scripts/fuzz_http.py): bodies and parameters that fit the schemas and that violate them, plus
+(tools/fuzz_http.py): bodies and parameters that fit the schemas and that violate them, plus
 non-JSON, deeply nested and huge bodies and path traversal. Pass: no 5xx outside the error
 envelope, no dropped connection or hung request, no role crashed or restarted, memory bounded,
 and a normal chat completion afterwards. `SKULK_FUZZ_SECONDS=600` runs it deeply."""
@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from skulk.scripts.fuzz_checks import NodeProbe, problems
-from skulk.scripts.fuzz_http import fuzz_http
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.serving import MODEL, http_json, wait_model_ready
+from tools.fuzz_checks import NodeProbe, problems
+from tools.fuzz_http import fuzz_http
 
 SECONDS = float(os.environ.get("SKULK_FUZZ_SECONDS", "10"))  # after a first round over every route
 

@@ -14,13 +14,13 @@ import uuid
 import yaml
 
 from skulk.scripts.admin_client import format_status
-from skulk.scripts.ports import free_port
 from skulk.supervisor import exitcodes, node_identity
 from skulk.wire.cluster import Membership
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
+from tools.ports import free_port
 
 
 def test_three_nodes_given_no_names_on_one_machine_form_one_cluster_and_serve(nodes, demo_model):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from skulk.scripts.ports import free_port
 from skulk.scripts.http_client import request
+from tools.ports import free_port
 
 RUNNING = Path("/run/systemd/system").is_dir() and shutil.which("systemctl") is not None and subprocess.run(
     ["systemctl", "--user", "is-system-running"], capture_output=True, text=True).returncode in (0, 1)

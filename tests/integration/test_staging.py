@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from skulk.scripts.ports import free_port
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
+from tools.ports import free_port
 
 DRAFTER_DIR = "skulk--demo-drafter"
 SLOW_COPY = {"SKULK_FAULTS": "worker@stage_chunk=slow:0.02"}

@@ -19,13 +19,15 @@ from typing import Any
 import pytest
 import zmq
 
-from skulk.scripts.ports import free_port
 from skulk.services.store.registry import Registry
 from skulk.services.store.server import StoreApp, StoreServer, serve
+from skulk.supervisor.model_store import StoreSlice
+from skulk.supervisor.role_args import ChildArgs, StoreRoleArgs
 from skulk.wire import codec, endpoints
 from skulk.wire.control import ChildReady, Heartbeat
 from skulk.wire.sockets import make_socket
 from tests.fake_models import WEIGHTS_BYTES, make_model
+from tools.ports import free_port
 
 
 class Client:
@@ -153,10 +155,10 @@ def _child(tmp_path: Path, store_dir: Path, port: int) -> tuple[subprocess.Popen
     home, run = tmp_path / "home", tmp_path / "run"
     run.mkdir(parents=True)
     pull = make_socket(zmq.Context.instance(), zmq.PULL, hwm=1000, bind=endpoints.supervisor_notify(run))
-    argv = [sys.executable, "-m", "skulk.services.store", "--child-id", "store", "--title", "store",
-            "--home", str(home), "--run-dir", str(run), "--heartbeat-s", "0.2",
-            "--store-path", str(store_dir), "--is-store-host", "1", "--store-port", str(port),
-            "--listen", "127.0.0.1"]
+    shared = ChildArgs(child_id="store", title="store", home=home, run_dir=run, heartbeat_s=0.2)
+    own = StoreRoleArgs(listen="127.0.0.1", store=StoreSlice(store_host="here", store_path=store_dir,
+                                                             store_port=port, is_store_host=True))
+    argv = [sys.executable, "-m", "skulk.services.store", *shared.to_argv(), *own.to_argv()]
     env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()))
     return subprocess.Popen(argv, env=env, start_new_session=True), pull
 

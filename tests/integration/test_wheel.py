@@ -10,6 +10,7 @@ of the way: every `skulk.*` module must come from the fresh venv.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -19,9 +20,11 @@ import zipfile
 from pathlib import Path
 
 from tests.integration.serving import MODEL, http_json
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NOT_SOURCE = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache")
+# The development tools and the test extras they need stay out of the wheel (tools/__init__.py).
+DEV_ONLY_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tools|schemathesis|hypothesis)\b", re.MULTILINE)
 
 PROBE = """
 import importlib, importlib.metadata, json, sys, sysconfig
@@ -62,6 +65,19 @@ def expected_files() -> set[str]:
     return files
 
 
+def dev_only_parts(wheel: Path) -> list[str]:
+    """The wheel's files that are development tools, or that import them or the test extras."""
+    tools = {f"skulk/scripts/{p.name}" for p in (REPO / "tools").glob("*.py") if p.name != "__init__.py"}
+    found = []
+    with zipfile.ZipFile(wheel) as whl:
+        for name in whl.namelist():
+            if name.split("/")[0] == "tools" or name in tools:
+                found.append(f"{name}: a development tool")
+            elif name.endswith(".py") and (match := DEV_ONLY_IMPORT.search(whl.read(name).decode())):
+                found.append(f"{name}: {match.group(0).strip()}")
+    return found
+
+
 def test_built_wheel_installs_into_fresh_venv_and_serves(tmp_path: Path, nodes, monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.delenv("SKULK_HOME", raising=False)
@@ -70,6 +86,8 @@ def test_built_wheel_installs_into_fresh_venv_and_serves(tmp_path: Path, nodes, 
     wheel = build_wheel(tmp_path)
     missing = expected_files() - set(zipfile.ZipFile(wheel).namelist())
     assert not missing, f"the wheel lacks {sorted(missing)} (pyproject.toml packages/package-data)"
+    dev_only = dev_only_parts(wheel)
+    assert not dev_only, f"the wheel ships development tools or test extras: {dev_only}"
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", venv], timeout=60)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from skulk.scripts.chaos_checks import (FaultRecord, NodeView, RequestRecord, agreement_problems, judge,
-                                        membership_problems, missing_placements, pending_recreations)
-from skulk.scripts.chaos_faults import NODE_LOSS, Kind, plan_fault
+from tools.chaos_checks import (FaultRecord, NodeView, RequestRecord, agreement_problems, judge,
+                                membership_problems, missing_placements, pending_recreations)
+from tools.chaos_faults import NODE_LOSS, Kind, plan_fault
 
 MODEL = "skulk/demo-tiny"
 ROLE_TITLES = tuple(f"skulk: {r}" for r in ("supervisor", "bus", "eventlog", "store", "gossip", "master",

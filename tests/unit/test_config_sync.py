@@ -152,7 +152,7 @@ def test_leader_turns_set_config_into_the_next_version():
     _, (second,) = set_config(state, cmd, now=8.0)
     assert second.config.version == 2
     # Through the dispatcher, as the master runs it.
-    outcome = handle(state, cmd, lambda: "id")
+    outcome = handle(state, cmd, lambda: "id", 0.0)
     assert isinstance(outcome.reply, CommandAccepted) and outcome.events[0].config.version == 2
 
 

@@ -8,9 +8,9 @@ import random
 import msgpack
 import pytest
 
-from skulk.scripts.fuzz_frames import FrameMaker
 from skulk.wire import codec
 from skulk.wire.errors import FieldTypeError, WireError
+from tools.fuzz_frames import FrameMaker
 
 
 def test_an_unhashable_value_for_a_literal_field_is_a_wire_error():

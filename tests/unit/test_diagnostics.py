@@ -18,7 +18,7 @@ from skulk.services.api.resources.diagnostics_cluster import (CLUSTER, TIMELINE,
                                                               node_answers, timeline_json)
 from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS, NodeFacts, node_diagnostics
 from skulk.services.api.resources.diagnostics_runners import (FLIGHT_ENTRY, STUCK_S, entry_json, runner_warnings,
-                                                              runners_json, seed_phase)
+                                                              runners_json, shown_phase)
 from skulk.services.api.resources.health import REPORT_STALE_S, busy
 from skulk.services.api.runner_view import (FORGET_AFTER_S, MAX_RUNNERS, RECORD_MAX_BYTES, REMEMBER_NODE_S, RING,
                                             RunnerView, recv_bounded)
@@ -147,7 +147,7 @@ def test_the_newest_word_decides_between_a_report_and_an_entry():
 # ---- one node's runners -------------------------------------------------------------------------
 
 def test_unknown_phases_show_as_idle_with_the_runners_word_kept():
-    assert seed_phase("decode_stream") == "decode_stream" and seed_phase("warp_drive") == "idle"
+    assert shown_phase("decode_stream") == "decode_stream" and shown_phase("warp_drive") == "idle"
     e = entry_json(entry(phase="warp_drive"), None)
     assert e["phase"] == "idle" and e["attrs"] == {"runnerPhase": "warp_drive"}
     validate(FLIGHT_ENTRY, e)

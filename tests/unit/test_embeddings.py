@@ -124,7 +124,7 @@ def test_embed_messages_round_trip():
 
 def _serving(card: ModelCard):
     state = base()
-    out = handle(state, PlaceInstance(command_id="p-" + card.model_id, card=card), ids())
+    out = handle(state, PlaceInstance(command_id="p-" + card.model_id, card=card), ids(), 0.0)
     state = run(state, out.events)
     inst = next(i for i in state.instances.values() if i.model_id == card.model_id)
     (rid,) = inst.runner_to_shard
@@ -134,17 +134,17 @@ def _serving(card: ModelCard):
 
 def test_master_routes_embeddings_to_embedding_models_only_without_a_task():
     state, iid = _serving(EMBED)
-    state = run(state, handle(state, PlaceInstance(command_id="p2", card=CARD), ids()).events)
-    out = handle(state, TextEmbedding(command_id="e1", owner_node="n1", model=EMBED.model_id), ids())
+    state = run(state, handle(state, PlaceInstance(command_id="p2", card=CARD), ids(), 0.0).events)
+    out = handle(state, TextEmbedding(command_id="e1", owner_node="n1", model=EMBED.model_id), ids(), 0.0)
     assert isinstance(out.reply, Routed) and out.reply.instance_id == iid and out.events == []
-    wrong = handle(state, TextEmbedding(command_id="e2", owner_node="n1", model=CARD.model_id), ids()).reply
+    wrong = handle(state, TextEmbedding(command_id="e2", owner_node="n1", model=CARD.model_id), ids(), 0.0).reply
     assert isinstance(wrong, CommandRejected) and (wrong.status, wrong.reason) == (400, RejectReason.WRONG_TASK)
     assert wrong.message == "Model skulk/demo-tiny is not an embedding model"
-    none = handle(state, TextEmbedding(command_id="e3", owner_node="n1", model="x/y"), ids()).reply
+    none = handle(state, TextEmbedding(command_id="e3", owner_node="n1", model="x/y"), ids(), 0.0).reply
     assert isinstance(none, CommandRejected) and none.status == 404
     chat = TextGeneration(command_id="g", owner_node="n1", params=TaskParams(
         model=EMBED.model_id, messages=(ChatMessage(role="user", content="hi"),), max_tokens=4))
-    refused = handle(state, chat, ids())
+    refused = handle(state, chat, ids(), 0.0)
     assert isinstance(refused.reply, CommandRejected) and refused.reply.status == 400 and refused.events == []
 
 

@@ -32,7 +32,8 @@ ABORT = failed("Terminated (signal 6 (SIGABRT))", -6)
 
 
 def test_a_wedge_deletes_at_once_decided_on_the_exit_code_not_the_text():
-    why = verdict(failed("Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))", 86),
+    why = verdict(failed("Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))",
+                         exitcodes.WEDGED),
                   [], 0.0, POLICY)
     assert isinstance(why, GiveUp) and "not retried" in why.reason
     assert verdict(failed("the GPU may be wedged, exit code 86", None), [], 0.0, POLICY) == Recreate(0.5)
@@ -41,7 +42,7 @@ def test_a_wedge_deletes_at_once_decided_on_the_exit_code_not_the_text():
 def test_a_ring_that_did_not_form_is_recreated_on_new_ports():
     error = ("rank 0 forming its mx.distributed ring with 127.0.0.1:61001 exceeded its 120s deadline"
              " — a peer rank is down, or its port is unreachable or taken")
-    assert verdict(failed(error, 87), [], 0.0, POLICY) == Recreate(0.5)
+    assert verdict(failed(error, exitcodes.GROUP_CONNECT_FAILED), [], 0.0, POLICY) == Recreate(0.5)
 
 
 
@@ -167,39 +168,14 @@ def test_a_runner_its_own_node_stopped_is_not_a_failure_and_an_exit_keeps_its_co
                                            restarts=0, detail="signal 15 (SIGTERM)", exit_code=-15), "n1")
     assert stopped is not None and stopped.orderly and runner_failed(state, rid, stopped, 1.0, POLICY) == []
     wedged = process_ended(ChildLifecycle(child_id=rid, supervisor="runners", event="exited", pid=1,
-                                          restarts=0, detail="exit code 86", exit_code=86), "n1")
-    assert wedged is not None and (wedged.exit_code, wedged.orderly) == (86, False)
+                                          restarts=0, detail="exit code 86", exit_code=exitcodes.WEDGED), "n1")
+    assert wedged is not None and (wedged.exit_code, wedged.orderly) == (exitcodes.WEDGED, False)
     assert isinstance(verdict(wedged, [], 0.0, POLICY), GiveUp)
 
 
 def test_wedged_and_group_connect_exits_are_never_restarted():
     for code in (exitcodes.WEDGED, exitcodes.GROUP_CONNECT_FAILED):
         assert should_restart("permanent", code) is False and should_restart("transient", code) is False
-
-
-def test_a_second_restart_while_one_is_pending_is_upstreams_409(tmp_path):
-    import zmq
-
-    from skulk.services.master.restart import NodeRestart
-    from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected
-    from skulk.wire.control import AdminCommand
-    from skulk.wire.sockets import recv
-
-    ctx = zmq.Context.instance()
-    sup, master_side = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    sup.bind("inproc://keeper-restart")
-    master_side.connect("inproc://keeper-restart")
-    try:
-        keeper = NodeRestart(master_side)
-        first, second = keeper.restart_node("c1"), keeper.restart_node("c2")
-        assert isinstance(first, CommandAccepted) and first.message == "restarting"
-        assert isinstance(second, CommandRejected) and (second.status, second.message) == (409, RESTART_PENDING)
-        asked = recv(sup)
-        assert isinstance(asked, AdminCommand) and asked.verb == "restart"
-        assert not sup.poll(0)  # asked once only
-    finally:
-        sup.close(0)
-        master_side.close(0)
 
 
 def test_a_taken_ring_port_fails_at_once_not_at_the_connect_deadline(tmp_path):

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from skulk.services.base import parse_child_args
 from skulk.supervisor import config, logctx, logsetup
+from skulk.supervisor.child import child_argv
 from skulk.supervisor.logsetup import JsonFormatter, LogSettings
+from skulk.supervisor.role_args import ChildArgs
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.tree import build_tree, log_settings
 
@@ -169,10 +170,10 @@ def test_every_process_gets_the_settings_as_arguments(tmp_path: Path):
     expected = LogSettings(json=True, node="n7", file_mb=10, files=5)
     assert log_settings(cfg) == expected
     for spec in [*specs, runners.template]:
-        argv = ["--child-id", spec.id, "--title", spec.id, "--home", str(tmp_path), "--run-dir",
-                str(tmp_path), *spec.args]
-        parsed = parse_child_args(argv)
-        assert parsed.log == expected, spec.id
-        assert not any(a.startswith("--log-") for a in parsed.rest), spec.id  # the role never sees them
-    assert parse_child_args(["--child-id", "x", "--title", "x", "--home", "h", "--run-dir", "r"]).log \
+        argv = child_argv(spec, spec.id, tmp_path, tmp_path, ("--runner-id", "r1"))[3:]  # after `python -m module`
+        parsed, rest = ChildArgs.split(argv)
+        assert parsed.log == expected and parsed.child_id == spec.id, spec.id
+        assert not any(a.startswith("--log-") for a in rest), spec.id  # the role never sees them
+        assert rest == [*spec.args, "--runner-id", "r1"], spec.id  # its own arguments, in order
+    assert ChildArgs.split(["--child-id", "x", "--title", "x", "--home", "h", "--run-dir", "r"])[0].log \
         == LogSettings()  # a child started by hand logs as before

@@ -3,7 +3,6 @@ defaults, `node_overrides` merging, and the roles' command-line slice."""
 
 from __future__ import annotations
 
-import argparse
 import socket
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ import pytest
 import yaml
 
 from skulk.supervisor import config, config_file
-from skulk.supervisor.model_store import (ModelStoreConfig, StagingConfig, add_store_arguments,
-                                          is_store_host, staging_for, store_argv, store_from_args)
+from skulk.supervisor.model_store import ModelStoreConfig, StagingConfig, StoreSlice, is_store_host, staging_for
+from skulk.supervisor.role_args import WorkerArgs
 from skulk.supervisor.tree import role_args
 
 HOME = Path("/srv/node1")
@@ -133,10 +132,10 @@ def test_store_host_is_a_node_name_or_a_node_id():
     assert is_store_host(store_of(dict(BASE, store_host="mini-1a2b")), ("mini", "mini-1A2B"), "n1")
 
 
-def parse_store_args(argv: tuple[str, ...], home: Path = HOME) -> ModelStoreConfig | None:
-    p = argparse.ArgumentParser()
-    add_store_arguments(p)
-    return store_from_args(p.parse_args(list(argv)), home)
+def store_through_argv(store: StoreSlice | None, home: Path = HOME) -> ModelStoreConfig | None:
+    """`store` as a role gets it: written on a command line, read back, as its settings."""
+    back = WorkerArgs.from_argv(WorkerArgs(node_id="n", store=store).to_argv()).store
+    return back.config(home) if back else None
 
 
 def test_the_roles_get_this_nodes_settings_with_the_override_applied():
@@ -144,18 +143,20 @@ def test_the_roles_get_this_nodes_settings_with_the_override_applied():
                       "download": {"allow_hf_fallback": False},
                       "node_overrides": {"mini": {"staging": {"staging_keep_recent_gb": 0.5,
                                                               "cleanup_on_deactivate": False}}}})
-    argv = store_argv(store, ("mini",), "n1")
+    argv = StoreSlice.for_node(store, ("mini",), "n1").to_argv()  # type: ignore[union-attr]
     assert "--staging-keep-gb" in argv and "node_overrides" not in " ".join(argv)
-    back = parse_store_args(argv)
+    back = store_through_argv(StoreSlice.for_node(store, ("mini",), "n1"))
     assert back == ModelStoreConfig(store_host="storebox", store_path=Path("/srv/models"),
                                     staging=staging_for(store, ("mini",), "n1"), store_http_host="10.0.0.5",
                                     store_port=9000, allow_hf_fallback=False)
-    assert parse_store_args(store_argv(store, ("other",), "n2")).staging == store.staging  # type: ignore[union-attr]
+    other = store_through_argv(StoreSlice.for_node(store, ("other",), "n2"))
+    assert other is not None and other.staging == store.staging
 
 
 def test_no_store_or_a_disabled_one_passes_nothing():
-    assert store_argv(None, ("n",), "i") == () and parse_store_args(()) is None
-    assert store_argv(store_of({**BASE, "enabled": False}), ("n",), "i") == ()
+    assert StoreSlice.for_node(None, ("n",), "i") is None and store_through_argv(None) is None
+    assert StoreSlice.for_node(store_of({**BASE, "enabled": False}), ("n",), "i") is None
+    assert not any(a.startswith(("--store", "--staging")) for a in WorkerArgs(node_id="n").to_argv())
 
 
 def test_store_worker_and_gossip_get_the_name_and_the_store(tmp_path: Path):

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from skulk.scripts import ports
 from skulk.wire.placement import RING_PORTS
+from tools import ports
 
 
 def test_ports_are_below_the_ephemeral_and_ring_ranges_and_never_repeat():

@@ -53,7 +53,7 @@ def base() -> State:
 
 def placed(state: State | None = None, ready: bool = True) -> tuple[State, str, str]:
     state = state or base()
-    out = handle(state, PlaceInstance(command_id="c1", card=CARD), ids())
+    out = handle(state, PlaceInstance(command_id="c1", card=CARD), ids(), 0.0)
     state = run(state, out.events)
     (iid,) = state.instances
     (rid,) = state.instances[iid].runner_to_shard
@@ -102,7 +102,7 @@ def test_route_skips_an_instance_on_a_node_restarting_in_place_until_its_new_ima
 
 def two_ready_instances() -> State:
     state, _, _ = placed()
-    state = run(state, handle(state, PlaceInstance(command_id="c2", card=CARD), ids()).events)
+    state = run(state, handle(state, PlaceInstance(command_id="c2", card=CARD), ids(), 0.0).events)
     for rid in {r for i in state.instances.values() for r in i.runner_to_shard}:
         state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(
             kind="RunnerReady", endpoint=f"tcp://127.0.0.1:{len(rid)}"))])
@@ -112,10 +112,10 @@ def two_ready_instances() -> State:
 
 def test_route_prefers_the_least_loaded_ready_instance():
     state = two_ready_instances()
-    out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
+    out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0)
     busy = out.reply.instance_id
     state = run(state, out.events)
-    second = handle(state, TextGeneration(command_id="t2", owner_node="n1", params=PARAMS), ids())
+    second = handle(state, TextGeneration(command_id="t2", owner_node="n1", params=PARAMS), ids(), 0.0)
     assert second.reply.instance_id != busy
 
 
@@ -125,28 +125,28 @@ def test_route_follows_the_load_runners_report_and_it_adds_no_events():
     rank0 = {iid: next(iter(state.instances[iid].runner_to_shard)) for iid in (first, second)}
     for busy, idle in ((first, second), (second, first)):  # the reported load decides, not the id
         loads = {rank0[busy]: 12, rank0[idle]: 3}
-        out = handle(state, TextGeneration(command_id=f"t-{busy}", owner_node="n1", params=PARAMS), ids(), loads)
+        out = handle(state, TextGeneration(command_id=f"t-{busy}", owner_node="n1", params=PARAMS), ids(), 0.0, loads)
         assert out.reply.instance_id == idle
         assert [type(e).__name__ for e in out.events] == ["TaskCreated"]  # the task; the load is no event
     # A burst routed since the last report counts too: open tasks beat a stale report of 0.
     for n in range(4):
         state = run(state, handle(state, TextGeneration(command_id=f"b{n}", owner_node="n1", params=PARAMS),
-                                  ids(), {rank0[first]: 0, rank0[second]: 2}).events)
+                                  ids(), 0.0, {rank0[first]: 0, rank0[second]: 2}).events)
     tasks = [t.instance_id for t in state.tasks.values()]
     assert (tasks.count(first), tasks.count(second)) == (3, 1)  # 0 1 2 | 2 (ties: lower id)
 
 
 def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
     state, iid, rid = placed()
-    out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
+    out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0)
     assert isinstance(out.reply, Routed) and out.reply.instance_id == iid and out.reply.runner_id == rid
     state = run(state, out.events)
     assert [t.status for t in state.tasks.values()] == ["Running"]
-    done = run(state, handle(state, TaskFinished(command_id="f", finished_command_id="t1"), ids()).events)
+    done = run(state, handle(state, TaskFinished(command_id="f", finished_command_id="t1"), ids(), 0.0).events)
     assert done.tasks == {}
-    cancelled = handle(state, TaskCancelled(command_id="x", cancelled_command_id="t1"), ids())
+    cancelled = handle(state, TaskCancelled(command_id="x", cancelled_command_id="t1"), ids(), 0.0)
     assert [type(e).__name__ for e in cancelled.events] == ["TaskStatusUpdated", "TaskDeleted"]
-    assert isinstance(handle(state, TaskFinished(command_id="g", finished_command_id="zz"), ids()).reply,
+    assert isinstance(handle(state, TaskFinished(command_id="g", finished_command_id="zz"), ids(), 0.0).reply,
                       CommandAccepted)
 
 
@@ -157,20 +157,20 @@ def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
     ("any words at all", FailReason.STALLED, "stalled"), ("boom", "", "engine_error")])
 def test_a_failure_the_api_saw_first_is_recorded_as_task_failed_by_its_reason(message, reason, kind):
     state, _, _ = placed()
-    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids()).events)
+    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0).events)
     events = handle(state, TaskFinished(command_id="f", finished_command_id="t1", failed=True,
-                                        error_message=message, reason=reason), ids()).events
+                                        error_message=message, reason=reason), ids(), 0.0).events
     assert [type(e).__name__ for e in events] == ["TaskFailed", "TaskDeleted"]
     assert (events[0].error_type, events[0].error_message) == (kind, message)
     failed = run(state, events[:1])
     again = handle(failed, TaskFinished(command_id="g", finished_command_id="t1", failed=True,
-                                        error_message=message), ids()).events
+                                        error_message=message), ids(), 0.0).events
     assert [type(e).__name__ for e in again] == ["TaskDeleted"]  # the master recorded it already
 
 
 def test_deletions_say_why_for_people_and_for_machines():
     state, iid, _ = placed()
-    gone = run(state, handle(state, DeleteInstance(command_id="d", instance_id=iid), ids()).events)
+    gone = run(state, handle(state, DeleteInstance(command_id="d", instance_id=iid), ids(), 0.0).events)
     assert (gone.deleted[iid].reason, gone.deleted[iid].cause) == ("deleted by operator", "operator")
     lost = run(state, [NodeTimedOut(node_id="n1", when=5.0)])
     assert lost.instances == {} and "n1" not in lost.nodes
@@ -189,7 +189,7 @@ def test_a_deposed_leader_resubmits_only_models_the_winner_lacks():
 
 def test_a_deposed_leader_resubmits_its_operator_deletions_of_instances_the_winner_still_has():
     shared, iid, _ = placed()  # placed before the two sides split
-    mine = run(shared, handle(shared, DeleteInstance(command_id="d", instance_id=iid), ids()).events)
+    mine = run(shared, handle(shared, DeleteInstance(command_id="d", instance_id=iid), ids(), 0.0).events)
     assert mine.deleted[iid].cause == "operator"
     assert lost_changes(mine, shared, lambda: "c9") == [DeleteInstance(command_id="c9", instance_id=iid)]
     assert lost_changes(mine, base(), lambda: "c9") == []  # the winner has no such instance
@@ -200,17 +200,17 @@ def test_a_deposed_leader_resubmits_its_operator_deletions_of_instances_the_winn
 
 def test_delete_cancels_running_tasks_then_deletes():
     state, iid, _ = placed()
-    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids()).events)
-    out = handle(state, DeleteInstance(command_id="d", instance_id=iid), ids())
+    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0).events)
+    out = handle(state, DeleteInstance(command_id="d", instance_id=iid), ids(), 0.0)
     assert [type(e).__name__ for e in out.events] == ["TaskStatusUpdated", "InstanceDeleted"]
-    assert handle(state, DeleteInstance(command_id="d2", instance_id="nope"), ids()).reply == \
+    assert handle(state, DeleteInstance(command_id="d2", instance_id="nope"), ids(), 0.0).reply == \
         CommandRejected(command_id="d2", status=404, message="Instance not found",
                         reason=RejectReason.UNKNOWN_INSTANCE)
 
 
 def test_snapshot_carries_the_whole_state():
     state, *_ = placed()
-    reply = handle(state, SnapshotRequest(command_id="s"), ids()).reply
+    reply = handle(state, SnapshotRequest(command_id="s"), ids(), 0.0).reply
     assert isinstance(reply, StateSnapshot) and reply.state == state
 
 
@@ -301,14 +301,14 @@ def test_the_tracing_switch_is_state_and_stamps_new_tasks_only():
     from skulk.wire.tracing import SetTracing, TracingSet
 
     state = two_ready_instances()
-    before = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids())
+    before = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0)
     assert before.reply.trace is False and before.events[0].task.trace is False
     state = run(state, before.events)
-    on = handle(state, SetTracing(command_id="s1", enabled=True), ids())
+    on = handle(state, SetTracing(command_id="s1", enabled=True), ids(), 0.0)
     assert isinstance(on.reply, CommandAccepted) and on.events == [TracingSet(enabled=True)]
     state = run(state, on.events)
-    assert state.tracing_enabled and handle(state, SetTracing(command_id="s2", enabled=True), ids()).events == []
-    after = handle(state, TextGeneration(command_id="t2", owner_node="n1", params=PARAMS), ids())
+    assert state.tracing_enabled and handle(state, SetTracing(command_id="s2", enabled=True), ids(), 0.0).events == []
+    after = handle(state, TextGeneration(command_id="t2", owner_node="n1", params=PARAMS), ids(), 0.0)
     assert after.reply.trace is True and after.events[0].task.trace is True
     state = run(state, after.events)
     assert not state.tasks[before.reply.task_id].trace  # an earlier task stays untraced

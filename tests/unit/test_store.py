@@ -16,7 +16,7 @@ from skulk.services.store.files import list_files, model_dirs, resolve_file
 from skulk.services.store.protocol import (BadRequest, NotFound, RangeNotSatisfiable, RouteKind,
                                            parse_range, parse_route, safe_rel_path)
 from skulk.services.store.registry import Registry, stale
-from skulk.services.store.service import parse_args, store_host_here
+from skulk.supervisor.role_args import StoreRoleArgs
 from tests.fake_models import make_model
 
 # ---- Range -----------------------------------------------------------------------------------
@@ -246,12 +246,15 @@ def test_destination_and_ids(tmp_path: Path):
 
 
 def test_store_role_arguments():
-    assert not store_host_here(parse_args([]))
-    assert not store_host_here(parse_args(["--is-store-host", "1"]))  # no store path: no store
-    assert store_host_here(parse_args(["--store-path", "/s", "--is-store-host", "1"]))
-    assert not store_host_here(parse_args(["--store-path", "/s", "--is-store-host", "0",
-                                           "--store-host", "box", "--node-name", "box"]))
-    assert store_host_here(parse_args(["--store-path", "/s", "--store-host", "Box", "--node-name", "box"]))
-    assert store_host_here(parse_args(["--store-path", "/s", "--store-host", "n1", "--node-id", "n1"]))
-    assert not store_host_here(parse_args(["--store-path", "/s", "--store-host", "other",
-                                           "--node-name", "box", "--node-id", "n1"]))
+    def serves(*argv: str) -> bool:
+        return StoreRoleArgs.from_argv(argv).serves_store()
+
+    store = ("--store-path", "/s", "--store-host", "box")
+    assert not serves()  # no store
+    assert serves(*store, "--is-store-host", "1")  # decided by the supervisor
+    assert not serves(*store, "--is-store-host", "0", "--node-name", "box")
+    assert serves("--store-path", "/s", "--store-host", "Box", "--node-name", "box")  # else by name
+    assert serves("--store-path", "/s", "--store-host", "n1", "--node-id", "n1")
+    assert not serves("--store-path", "/s", "--store-host", "other", "--node-name", "box", "--node-id", "n1")
+    with pytest.raises(SystemExit):  # half a store (no path) is refused at start
+        StoreRoleArgs.from_argv(["--store-host", "box", "--is-store-host", "1"])

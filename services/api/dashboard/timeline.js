@@ -1,7 +1,7 @@
-// Timeline panel: the cross-rank view of one instance from `/v1/diagnostics/cluster/timeline`
-// (seed 002): where each rank is now (phase, seconds in it, last progress) and every flight
-// recorder entry of its ranks merged by time, one column per rank, so a rank that stopped while
-// the others wait shows at a glance. Peers that could not be asked are listed, never hidden.
+// Timeline panel: the cross-rank view of one instance from `/v1/diagnostics/cluster/timeline`:
+// where each rank is now (phase, seconds in it, last progress) and every flight recorder entry
+// of its ranks merged by time, one column per rank, so a rank that stopped while the others
+// wait shows at a glance. Peers that could not be asked are listed, never hidden.
 
 import {html} from './preact-htm.js';
 import {usePoll} from './poll.js';
@@ -24,7 +24,7 @@ export function silentFor(runner, generatedAt) {
 }
 
 // Why a rank looks stuck, or null: silent mid-request (frozen, dead, wedged), or waiting on its
-// peers for longer than a step takes (seed 002's rank-disagreement signature).
+// peers for longer than a step takes (ranks that disagree: the signature of a distributed hang).
 export function stuckReason(runner, generatedAt) {
   if (!WORKING.has(runner.phase)) return null;
   const silent = silentFor(runner, generatedAt);

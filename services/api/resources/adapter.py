@@ -59,7 +59,7 @@ class StreamBody:
 def respond(resp: falcon.Response, stream: Stream, streamed: Callable[[Stream], Iterator[bytes]],
             whole: Whole, media: str = "text/event-stream") -> None:
     """A streaming body when the request asked for one, else the whole answer (a failure is a
-    real HTTP error: the runbook's promise)."""
+    real HTTP error, never a 200 with an error inside)."""
     if stream.params.stream:
         resp.content_type = media
         if media == "text/event-stream":

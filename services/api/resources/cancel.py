@@ -12,6 +12,7 @@ import falcon
 
 from skulk.services.api.gateway import Gateway
 from skulk.wire.replica import StateReplica
+from skulk.wire.state import TaskStatus
 from skulk.services.api.resources.common import http_error, state_or_503
 from skulk.services.api.schema import STRING, Schema, obj
 
@@ -28,7 +29,7 @@ class CancelResource:
     def on_post(self, req: falcon.Request, resp: falcon.Response, command_id: str) -> None:
         state = state_or_503(self.replica)
         task = next((t for t in state.tasks.values() if t.command_id == command_id), None)
-        if task is None or task.owner_node != self.node_id or task.status != "Running":
+        if task is None or task.owner_node != self.node_id or task.status != TaskStatus.RUNNING:
             raise http_error(404, NOT_FOUND)
         inst = state.instances.get(task.instance_id)
         rank0 = next((rid for rid, shard in inst.runner_to_shard.items() if shard.device_rank == 0),

@@ -3,7 +3,7 @@
 Streaming frames follow upstream exactly: `: keep-alive`, `: command_id <id>`, `data:` chunks,
 a final chunk with `finish_reason` and `usage`, `: generation_stats {...}`, `data: [DONE]`;
 an error is a `data: {"error": ...}` event then `[DONE]`. Non-streaming errors are real HTTP
-errors in the envelope (the runbook's promise). Whatever happens, the client gets an answer.
+errors in the envelope. Whatever happens, the client gets an answer.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from skulk.services.api.gateway import KeepAlive
 from skulk.services.api.generation import Generation, Stream, fail_status
 from skulk.services.api.resources.adapter import open_stream, parsed, respond
 from skulk.services.api.sse import sse_comment, sse_data
-from skulk.wire.inference import Done, Failed, Progress, TokenChunk
+from skulk.wire.inference import Done, Failed, Progress, ProgressPhase, TokenChunk
 
 
 class ChatResource:
@@ -50,7 +50,7 @@ def sse(stream: Stream) -> Iterator[bytes]:
     for msg in stream:
         if isinstance(msg, KeepAlive):
             yield sse_comment("keep-alive")
-        elif isinstance(msg, Progress) and msg.phase == "prefill":
+        elif isinstance(msg, Progress) and msg.phase == ProgressPhase.PREFILL:
             yield sse_comment("prefill_progress " + json.dumps({"PrefillProgressChunk": {
                 "processedTokens": msg.processed, "totalTokens": msg.total}}))
         elif isinstance(msg, TokenChunk):

@@ -1,10 +1,10 @@
-"""`GET /admin/clusters`: the cluster this node belongs to, at a glance (seed 001's second
-check, and what the dashboard's cluster card shows).
+"""`GET /admin/clusters`: the cluster this node belongs to, at a glance (an operator's second
+check after `/health`, and what the dashboard's cluster card shows).
 
 Its namespace and master; each node with its health (`ok|warn|error`) and status
-(`idle|busy|unreachable`); each instance as a pool with its ranks, whether it serves (all ranks
-ready: seed 001's "each rank moves loading -> idle; all idle => serves"), its display phase and
-live tok/s. The live figures come from every node's `/v1/diagnostics/node`, asked at once (the
+(`idle|busy|unreachable`); each instance as a pool with its ranks, whether it serves (every rank
+moves from loading to ready; the pool serves once all are ready), its display phase and live
+tok/s. The live figures come from every node's `/v1/diagnostics/node`, asked at once (the
 same fan-out as the diagnostics): an unreachable node's figures are null and it is listed.
 
 A rank's display phase (`display_phase`) is one of loading / idle / prefill / decode /
@@ -36,21 +36,21 @@ from skulk.services.api.resources.diagnostics_fanout import ClusterFanOut
 from skulk.services.api.resources.health import generating
 from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
 from skulk.services.api.state_json import node_health
-from skulk.wire.state import SERVING_KINDS, Instance, State
+from skulk.wire.flight import Phase
+from skulk.wire.state import SERVING_KINDS, Instance, RunnerKind, State
 
-LOADING_KINDS = frozenset({"RunnerIdle", "RunnerConnecting", "RunnerConnected", "RunnerLoading", "RunnerLoaded",
-                           "RunnerWarmingUp", "RunnerShuttingDown"})
-PREFILL_PHASES = frozenset({"task_submission", "task_agreement", "prompt_build", "vision_preprocess",
-                            "kv_cache_lookup", "prefill_barrier", "prefill_pipeline", "prefill_stream"})
-DECODE_PHASES = frozenset({"decode_barrier", "decode_wait_first_token"})
-STREAMING_PHASES = frozenset({"decode_stream", "parser"})
+LOADING_KINDS = frozenset(RunnerKind) - SERVING_KINDS - {RunnerKind.FAILED}
+PREFILL_PHASES = frozenset({Phase.TASK_SUBMISSION, Phase.TASK_AGREEMENT, Phase.PROMPT_BUILD, Phase.VISION_PREPROCESS,
+                            Phase.KV_CACHE_LOOKUP, Phase.PREFILL_BARRIER, Phase.PREFILL_PIPELINE, Phase.PREFILL_STREAM})
+DECODE_PHASES = frozenset({Phase.DECODE_BARRIER, Phase.DECODE_WAIT_FIRST_TOKEN})
+STREAMING_PHASES = frozenset({Phase.DECODE_STREAM, Phase.PARSER})
 PHASE_ORDER = ("streaming", "decode", "prefill", "idle")
 """A pool of working ranks shows its busiest rank's phase."""
 
 
 def display_phase(kind: str | None, flight_phase: str | None, active: int | None) -> str | None:
     """The rank's phase for people (see the table in the module docstring); None: unknown."""
-    if kind == "RunnerFailed":
+    if kind == RunnerKind.FAILED:
         return "failed"
     if kind in LOADING_KINDS:
         return "loading"
@@ -180,4 +180,4 @@ CLUSTERS: Schema = obj({"clusters": array(obj({
                             "status": nullable(STRING), "phase": _PHASE, "tokensPerSecond": _N_NUMBER,
                             "active": _N_INTEGER, "waiting": _N_INTEGER}))})),
     "unreachableNodes": UNREACHABLE}))})
-"""Seed 001's cluster view; byte counts are plain integers, figures null where unknown."""
+"""The cluster view; byte counts are plain integers, figures null where unknown."""

@@ -7,7 +7,6 @@ from typing import Any
 
 import falcon
 
-from skulk.services.api.chat_request import ApiError
 from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.limits import too_large
 from skulk.wire.replica import StateReplica
@@ -117,7 +116,3 @@ def command(gateway: Gateway, cmd: Message) -> Reply:
     if isinstance(reply, CommandRejected):
         raise http_error(reply.status, reply.message)
     return reply
-
-
-def raise_api_error(exc: ApiError) -> None:
-    raise http_error(exc.status, exc.message) from None

@@ -24,7 +24,7 @@ from skulk.services.api.resources.diagnostics_node import NodeFacts, node_diagno
 from skulk.services.api.runner_view import RING, RunnerView
 from skulk.services.api.schema import STRING, TEXT, Schema, enum, obj
 from skulk.wire.replica import StateReplica
-from skulk.wire.state import State
+from skulk.wire.state import State, TaskStatus
 
 
 def entries_param(req: falcon.Request) -> int:
@@ -57,7 +57,7 @@ class NodeDiagnosticsResource:
 
 # ---- cancel -------------------------------------------------------------------------------------
 
-FINISHED = ("Complete", "Failed", "TimedOut")
+FINISHED = frozenset({TaskStatus.COMPLETE, TaskStatus.FAILED, TaskStatus.TIMED_OUT})
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def plan_cancel(state: State, node_id: str, runner_id: str, task_id: str) -> Can
     if task.instance_id != inst.instance_id:
         raise http_error(409, f"Task {task_id} does not run on runner {runner_id} (its instance is "
                               f"{task.instance_id})")
-    if task.status == "Cancelled":
+    if task.status == TaskStatus.CANCELLED:
         return CancelPlan("already_cancelled", f"Task {task_id} was already cancelled.")
     if task.status in FINISHED:
         return CancelPlan("already_completed", f"Task {task_id} already finished ({task.status}).")

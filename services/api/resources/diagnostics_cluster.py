@@ -1,5 +1,5 @@
 """The cluster views stitched from every node's `NodeDiagnostics` (pure): upstream's
-`/v1/diagnostics/cluster` and seed 002's `ClusterTimeline`.
+`/v1/diagnostics/cluster` and `ClusterTimeline`.
 
 Each peer's answer is checked before use; a peer that refused, timed out, or answered something
 that is not a usable `NodeDiagnostics` lands in `unreachableNodes` with the reason, and the
@@ -103,7 +103,7 @@ def node_part(n: NodeAnswer) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 
 def timeline_json(local_id: str, master: str | None, nodes: list[NodeAnswer], now: float) -> dict[str, Any]:
-    """Seed 002's `ClusterTimeline` from every node's part; a malformed part makes its node
+    """Upstream's `ClusterTimeline` from every node's part; a malformed part makes its node
     unreachable (with the reason), never the call fail."""
     runners: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
@@ -143,4 +143,4 @@ TIMELINE: Schema = obj({
         "phase": PHASE, "event": STRING, "detail": _N_STRING, "attrs": ATTRS, "taskId": _N_STRING,
         "commandId": _N_STRING, "mlxMemory": MLX_MEMORY})),
     "unreachableNodes": UNREACHABLE})
-"""Seed 002's `ClusterTimeline`, field by field."""
+"""Upstream's `ClusterTimeline`, field by field."""

@@ -17,7 +17,7 @@ from skulk.services.api.resources.diagnostics_runners import (RUNNER, Alive, iso
 from skulk.services.api.runner_view import RunnerSeen
 from skulk.services.api.schema import (BOOLEAN, INTEGER, STRING, Schema, array, enum, nullable, obj)
 from skulk.services.api.state_json import accelerator_json
-from skulk.wire.state import Instance, State
+from skulk.wire.state import OPEN_STATUSES, Instance, RunnerKind, State
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def placement_json(inst: Instance, state: State, node_id: str) -> dict[str, Any]
     node_of = {rid: nid for nid, rid in inst.node_to_runner.items()}
     master = state.master_node_id or None
     tasks = sorted(t.task_id for t in state.tasks.values()
-                   if t.instance_id == inst.instance_id and t.status in ("Pending", "Running"))
+                   if t.instance_id == inst.instance_id and t.status in OPEN_STATUSES)
     runners = []
     for rid, shard in sorted(inst.runner_to_shard.items(), key=lambda kv: kv[1].device_rank):
         nid = node_of.get(rid, "")
@@ -87,7 +87,7 @@ def placement_json(inst: Instance, state: State, node_id: str) -> dict[str, Any]
             f"rank {r['deviceRank']} {r['statusKind'] or 'unknown'}" for r in runners))
     for r in runners:
         status = state.runners.get(r["runnerId"])
-        if status is not None and status.kind == "RunnerFailed":
+        if status is not None and status.kind == RunnerKind.FAILED:
             warnings.append(f"rank {r['deviceRank']} failed: {status.error_message or 'no reason given'}")
         if r["nodeId"] and r["nodeId"] not in state.nodes:
             warnings.append(f"rank {r['deviceRank']}'s node {r['nodeId']} is not in the cluster")

@@ -1,7 +1,7 @@
 """This node's runners in upstream's `RunnerSupervisorDiagnostics` shape, from what the API's
 runner view heard on the bus and the replicated state (pure: `now` and liveness passed in).
 
-Phases are seed 002's enum (`wire/flight.py` PHASES). A phase this API does not know (a newer
+Phases are `wire/flight.py`'s `Phase`, upstream's names. A phase this API does not know (a newer
 runner's) shows as `idle`, with the runner's word kept in the entry's `attrs.runnerPhase`, so
 the documents keep their schema across versions.
 """
@@ -15,18 +15,15 @@ from typing import Any
 from skulk.services.api.runner_view import RunnerSeen
 from skulk.services.api.schema import (BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, map_of,
                                        nullable, obj, one_of)
-from skulk.wire.flight import PHASES, FlightEntry, MlxMemory
-from skulk.wire.state import Instance, ShardMeta, State
-
-SEED_PHASES: tuple[str, ...] = PHASES
-"""Seed 002's `RunnerPhaseName` values: the only phases the diagnostics ever show."""
+from skulk.wire.flight import PHASES, FlightEntry, MlxMemory, Phase
+from skulk.wire.state import Instance, RunnerKind, ShardMeta, State
 
 Alive = Callable[[int], bool]
 
 
-def seed_phase(phase: str) -> str:
-    """The seed's name for a runner's phase (see the module docstring)."""
-    return phase if phase in SEED_PHASES else "idle"
+def shown_phase(phase: str) -> str:
+    """A runner's phase as the diagnostics show it: one of `PHASES` (see the module docstring)."""
+    return phase if phase in PHASES else Phase.IDLE
 
 
 def iso(ts: float) -> str:
@@ -50,14 +47,14 @@ def mlx_memory_json(m: MlxMemory | None) -> dict[str, Any] | None:
 
 def entry_attrs(e: FlightEntry) -> dict[str, Any]:
     attrs: dict[str, Any] = dict(e.attrs)
-    if seed_phase(e.phase) != e.phase:
+    if shown_phase(e.phase) != e.phase:
         attrs["runnerPhase"] = e.phase
     return attrs
 
 
 def entry_json(e: FlightEntry, shard: ShardMeta | None) -> dict[str, Any]:
     """One flight-recorder entry as upstream's supervisor keeps it (with its `context`)."""
-    return {"at": iso(e.at), "phase": seed_phase(e.phase), "event": e.event, "detail": e.detail or None,
+    return {"at": iso(e.at), "phase": shown_phase(e.phase), "event": e.event, "detail": e.detail or None,
             "attrs": entry_attrs(e),
             "context": {"nodeId": e.node_id, "runnerId": e.runner_id, "pid": e.pid or None,
                         "instanceId": e.instance_id, "modelId": e.model_id, "rank": e.rank,
@@ -82,9 +79,9 @@ def runner_json(runner_id: str, node_id: str, seen: RunnerSeen | None, inst: Ins
     last = ring[-1] if ring else None
     shard = inst.runner_to_shard.get(runner_id) if inst else None
     status = state.runners.get(runner_id) if state else None
-    kind = status.kind if status else report.status.kind if report else "RunnerIdle"
+    kind = status.kind if status else report.status.kind if report else RunnerKind.IDLE
     pid = (report.pid if report and report.pid else 0) or (last.pid if last else 0)
-    phase = seed_phase(last.phase if last else report.phase if report and report.phase else "created")
+    phase = shown_phase(last.phase if last else report.phase if report and report.phase else Phase.CREATED)
     since = last.phase_since if last and last.phase_since else 0.0
     mem = next((e.mlx_memory for e in reversed(ring) if e.mlx_memory is not None), None)
     return {
@@ -126,8 +123,9 @@ def runners_json(node_id: str, seen: dict[str, RunnerSeen], state: State | None,
 
 STUCK_S = 30.0
 """A runner in a working phase with no flight entry for this long is probably frozen or blocked."""
-WORKING = frozenset({"task_agreement", "prompt_build", "kv_cache_lookup", "prefill_barrier", "prefill_pipeline",
-                     "prefill_stream", "decode_barrier", "decode_wait_first_token", "decode_stream", "parser"})
+WORKING = frozenset({Phase.TASK_AGREEMENT, Phase.PROMPT_BUILD, Phase.KV_CACHE_LOOKUP, Phase.PREFILL_BARRIER,
+                     Phase.PREFILL_PIPELINE, Phase.PREFILL_STREAM, Phase.DECODE_BARRIER, Phase.DECODE_WAIT_FIRST_TOKEN,
+                     Phase.DECODE_STREAM, Phase.PARSER})
 
 
 def runner_warnings(runners: Iterable[dict[str, Any]], last_update: dict[str, float], now: float) -> list[str]:
@@ -135,7 +133,7 @@ def runner_warnings(runners: Iterable[dict[str, Any]], last_update: dict[str, fl
     out = []
     for r in runners:
         rid, kind = r["runnerId"], r["statusKind"]
-        if r["pid"] and not r["processAlive"] and kind not in ("RunnerFailed", "RunnerShuttingDown"):
+        if r["pid"] and not r["processAlive"] and kind not in (RunnerKind.FAILED, RunnerKind.SHUTTING_DOWN):
             out.append(f"runner {rid}: process {r['pid']} is not alive but its status is {kind}")
         quiet = now - last_update.get(rid, now)
         if r["phase"] in WORKING and quiet > STUCK_S:
@@ -149,7 +147,7 @@ def runner_warnings(runners: Iterable[dict[str, Any]], last_update: dict[str, fl
 MEMORY: Schema = obj({"inBytes": INTEGER})
 MLX_MEMORY: Schema = nullable(obj({"generatedAt": STRING, "active": nullable(MEMORY), "cache": nullable(MEMORY),
                                    "peak": nullable(MEMORY), "wiredLimit": nullable(MEMORY), "source": STRING}))
-PHASE: Schema = enum(*SEED_PHASES)
+PHASE: Schema = enum(*PHASES)
 ATTRS: Schema = map_of(one_of(STRING, INTEGER, NUMBER, BOOLEAN, array(STRING)))
 N_STRING, N_INTEGER = nullable(STRING), nullable(INTEGER)
 FLIGHT_ENTRY: Schema = obj({

@@ -1,4 +1,4 @@
-"""`GET /health`: idle or busy, and the version (seed 001's first check); 503 `draining` while
+"""`GET /health`: idle or busy, and the version (an operator's first check); 503 `draining` while
 the node restarts in place.
 
 Draining: from the moment the node's restart begins (its drain, `supervisor/drain.py`: the root's
@@ -12,7 +12,7 @@ API's runner view): its flight recorder's phase (admitted, prefill, decode) and 
 batch. A runner records every phase change, but reports its load at most every 50 ms and then
 only every 2 s, so its newest word decides: an entry newer than the report (a request that
 just joined, or the completion of the last one) is believed over the report's figures. Only
-local runners count, as the seed's check is per server; anything older than `REPORT_STALE_S`
+local runners count, as the check is per server; anything older than `REPORT_STALE_S`
 is ignored, so a runner that died or froze mid-request stops counting within seconds.
 """
 
@@ -26,9 +26,10 @@ import falcon
 from skulk.services.api.resources.diagnostics_runners import WORKING
 from skulk.services.api.runner_view import RunnerSeen, RunnerView
 from skulk.services.api.schema import STRING, Schema, enum, obj
+from skulk.wire.flight import Phase
 
 REPORT_STALE_S = 10.0
-BUSY_PHASES = WORKING | {"task_submission"}
+BUSY_PHASES = WORKING | {Phase.TASK_SUBMISSION}
 """Phases of a runner with a request in hand (admitted, prefilling, decoding)."""
 
 

@@ -1,7 +1,7 @@
 """`GET /store/storage` (this node's staged copies, event log and disk) and
 `POST /store/purge-staging` (every node removes the staged copies nobody uses).
 
-Storage is local by design (the runbook: query each node for the fleet view). The purge is a
+Storage is local by design (for the fleet view, query each node). The purge is a
 command to the leader, which records it in the replicated state; every node's worker acts on
 it once, never touching a copy in use, the store, or a node's own models dir.
 """

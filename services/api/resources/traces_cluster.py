@@ -38,7 +38,7 @@ class Fanout:
     names: dict[str, str] = field(default_factory=dict)  # node id -> friendly name
 
     def refuse(self, peer: Peer, error: str) -> None:
-        self.unreachable.append({"nodeId": peer.node_id, "url": peer.url,  # seed 002's shape, plus the name
+        self.unreachable.append({"nodeId": peer.node_id, "url": peer.url,  # upstream's shape, plus the name
                                  "friendlyName": self.names.get(peer.node_id, peer.node_id), "error": error})
 
 

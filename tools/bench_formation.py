@@ -1,6 +1,6 @@
 """Benchmark: how long N nodes started together on one machine take to form one cluster.
 
-    python -m skulk.scripts.bench_formation [--nodes 3] [--rounds 3] [--named]
+    python -m tools.bench_formation [--nodes 3] [--rounds 3] [--named]
 
 Each round starts N nodes at once as a user does on one machine: each its own home and ports,
 no names (one host name for all; `--named` gives each its own, for a build from before nodes
@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 import zmq
 
-from skulk.scripts.bench_nodes import BenchNode
+from tools.bench_nodes import BenchNode
 from skulk.wire import endpoints
 from skulk.wire.sockets import make_socket
 

@@ -17,10 +17,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from skulk.wire.state import SERVING_KINDS
+
 ROLES = ("bus", "eventlog", "store", "gossip", "master", "worker", "api", "janitor")
-READY = ("RunnerReady", "RunnerRunning")
+READY = SERVING_KINDS
 RETRYABLE_CODES = (500, 503)
-"""The runbook's promise: a lost instance or a master failover is a 500/503 in the envelope (or
+"""What a client is promised: a lost instance or a master failover is a 500/503 in the envelope (or
 an SSE error event with that code): the client retries."""
 
 

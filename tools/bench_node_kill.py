@@ -3,7 +3,7 @@ model's instance. Each round: place on B, start streams through A, SIGKILL B's w
 tree once tokens flow, and time the clients' error events; then relaunch B (same home) and
 wait until it has rejoined.
 
-    python -m skulk.scripts.bench_node_kill [--kills 10] [--streams 3]
+    python -m tools.bench_node_kill [--kills 10] [--streams 3]
 
 Prints the median and worst time from the kill to a client's error against the 2 s target,
 next to the baseline measured in the same rounds: the time until the cluster state (GET
@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from skulk.scripts.bench_nodes import BenchNode
 from skulk.scripts.http_client import instance_ready, request, wait_for_state
-from skulk.scripts.stream_load import StreamLoad, chat_body, summary
+from tools.bench_nodes import BenchNode
+from tools.stream_load import StreamLoad, chat_body, summary
 
 MODEL = "skulk/demo-tiny"
 TARGET_S = 2.0

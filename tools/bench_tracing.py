@@ -1,6 +1,6 @@
 """Benchmark: what tracing and the flight recorder cost on the hot path, same run.
 
-    python -m skulk.scripts.bench_tracing [--model-dir DIR] [--tokens 128] [--runs 5]
+    python -m tools.bench_tracing [--model-dir DIR] [--tokens 128] [--runs 5]
                                           [--baseline-ref 311f530]
 
 Starts two real nodes on the same model directory: one from this build and one from
@@ -24,9 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from skulk.scripts.bench_decode import api_rate
 from skulk.scripts.http_client import request
-from skulk.scripts.ports import free_port
+from tools.bench_decode import api_rate
+from tools.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("wire", "services", "supervisor", "scripts")

@@ -1,6 +1,6 @@
 """Benchmark: concurrent streaming throughput and TTFT, Skulk vs mlx_lm.server, same run.
 
-    python -m skulk.scripts.bench_throughput [--sizes 100m|tiny|smollm2] [--model-dir DIR ...]
+    python -m tools.bench_throughput [--sizes 100m|tiny|smollm2] [--model-dir DIR ...]
         [--concurrency 1,2,4,8,16] [--tokens 128] [--repeats 1] [--prompt-tokens 128]
         [--skulk-config skulk.yaml] [--max-batch 64] [--prefill-chunk 2048] [--no-baseline]
         [--no-skulk] [--baseline-as-stored]
@@ -45,8 +45,8 @@ from pathlib import Path
 
 import psutil
 
-from skulk.scripts.bench_models import STREAM_GENERATE, baseline_dir, build, node_config
-from skulk.scripts.ports import free_port
+from tools.bench_models import STREAM_GENERATE, baseline_dir, build, node_config
+from tools.ports import free_port
 
 WORDS = ("time data model river stone light cloud green quick paper music table window garden "
          "number simple better complex flat nested sparse dense read count special rules break "

@@ -2,7 +2,7 @@
 placed on 1 node, Pipeline across 2 nodes and Tensor across 2 nodes (real nodes on this
 machine, loopback).
 
-    python -m skulk.scripts.bench_placement [--tokens 256] [--runs 3]
+    python -m tools.bench_placement [--tokens 256] [--runs 3]
 
 On one machine the ranks share its cores, so sharding is not expected to be faster here
 (see docs); the figures show the cost of the ring against one node in the same run.
@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from skulk.scripts.bench_decode import api_rate
 from skulk.scripts.http_client import instance_ready, request, wait_for_state
-from skulk.scripts.ports import free_port
+from tools.bench_decode import api_rate
+from tools.ports import free_port
 
 MODEL = "skulk/demo-tiny"
 

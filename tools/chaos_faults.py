@@ -16,8 +16,8 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from skulk.scripts.chaos_checks import ROLES
-from skulk.scripts.chaos_nodes import ChaosNode, Proc, signal_proc
+from tools.chaos_checks import ROLES
+from tools.chaos_nodes import ChaosNode, Proc, signal_proc
 
 
 class Kind(str, enum.Enum):

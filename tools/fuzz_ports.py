@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from skulk.scripts.fuzz_frames import FrameMaker
+from tools.fuzz_frames import FrameMaker
 from skulk.wire import cluster as cl
 from skulk.wire import codec, commands as cmd, endpoints, inference as inf
 from skulk.wire.api_events import API_TOPICS, ChunkGenerated, RequestEnded, RequestRouted

@@ -1,6 +1,6 @@
 """Benchmark: single-stream decode tok/s through the API vs in-process mlx_lm, same run.
 
-    python -m skulk.scripts.bench_decode [--model-dir DIR] [--tokens 256] [--runs 3]
+    python -m tools.bench_decode [--model-dir DIR] [--tokens 256] [--runs 3]
 
 Builds the demo model unless --model-dir names another MLX model directory
 (`<org>--<name>`). The baseline runs `mlx_lm.stream_generate` in a fresh process with the
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from skulk.scripts.ports import free_port
+from tools.ports import free_port
 
 PROMPT = "Explain why simple is better than complex."
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from skulk.scripts.chaos_checks import FaultRecord, RequestRecord, Verdict
+from tools.chaos_checks import FaultRecord, RequestRecord, Verdict
 
 
 def _req(rec: RequestRecord) -> str:

@@ -1,6 +1,6 @@
 """Benchmark: speculative decoding off vs on, one stream, same run.
 
-    python -m skulk.scripts.bench_speculation [--runs 5] [--tokens 96] [--draft-tokens 4]
+    python -m tools.bench_speculation [--runs 5] [--tokens 96] [--draft-tokens 4]
 
 Builds SmolLM2-135M-Instruct as `skulk model demo` does, and two drafters for it offline: the
 model itself (the mechanism's upper bound: every draft kept) and its first `--small-layers`
@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from skulk.scripts.bench_models import build
-from skulk.scripts.bench_nodes import BenchNode
 from skulk.scripts.http_client import wait_for_state
+from tools.bench_models import build
+from tools.bench_nodes import BenchNode
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WORKLOADS = {

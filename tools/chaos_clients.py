@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from skulk.scripts.chaos_checks import RequestRecord
+from tools.chaos_checks import RequestRecord
 
 PROMPTS = ("Explain, step by step, why errors should never pass silently.",
            "Write a long story about a fox that runs a cluster of machines.",

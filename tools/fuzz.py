@@ -1,11 +1,11 @@
 """Fuzz a fresh node for a while and print what was tried and what broke.
 
-    python -m skulk.scripts.fuzz --seconds 600 [--seed N] [--keep]
+    python -m tools.fuzz --seconds 600 [--seed N] [--keep]
 
 Starts one node serving the demo model under a temporary home (loopback only), then, at the
-same time, fires bad frames at every ZeroMQ port (scripts/fuzz_ports.py) and fuzzes every HTTP
-route from its OpenAPI document (scripts/fuzz_http.py). Afterwards it checks the pass rule
-(scripts/fuzz_checks.py): no 5xx outside the envelope, no dropped or hung request, no role
+same time, fires bad frames at every ZeroMQ port (tools/fuzz_ports.py) and fuzzes every HTTP
+route from its OpenAPI document (tools/fuzz_http.py). Afterwards it checks the pass rule
+(tools/fuzz_checks.py): no 5xx outside the envelope, no dropped or hung request, no role
 crashed or restarted, memory bounded, logs not grown per frame, a chat completion served.
 Prints the counts and every failure; exits 1 when there was one. Needs the test extra
 (`pip install -e '.[test]'`: hypothesis, schemathesis).
@@ -25,10 +25,10 @@ import threading
 import time
 from pathlib import Path
 
-from skulk.scripts.fuzz_checks import MODEL, NodeProbe, problems
-from skulk.scripts.fuzz_http import HttpCounts, fuzz_http
-from skulk.scripts.fuzz_ports import Counts, fire, node_targets, runner_endpoints, runner_target
-from skulk.scripts.ports import free_port
+from tools.fuzz_checks import MODEL, NodeProbe, problems
+from tools.fuzz_http import HttpCounts, fuzz_http
+from tools.fuzz_ports import Counts, fire, node_targets, runner_endpoints, runner_target
+from tools.ports import free_port
 
 CLI = (sys.executable, "-m", "skulk.scripts.cli")
 
@@ -93,7 +93,7 @@ def run(seconds: float, seed: int, root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m skulk.scripts.fuzz", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", action="store_true", help="keep the node's home (logs) afterwards")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from skulk.scripts.http_client import request
-from skulk.scripts.ports import free_port
+from tools.ports import free_port
 
 
 class BenchNode:

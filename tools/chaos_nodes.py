@@ -25,10 +25,10 @@ import yaml
 import zmq
 
 from skulk.scripts.admin_client import NodeUnreachable, request
-from skulk.scripts.ports import free_port
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand
 from skulk.wire.sockets import make_socket
+from tools.ports import free_port
 
 TITLE = "skulk: "
 RUNNER_TITLE = "skulk: runner "

@@ -1,6 +1,6 @@
 """Chaos soak: 3 real nodes on loopback, concurrent streaming clients, random faults.
 
-    python -m skulk.scripts.chaos --seconds 600 [--nodes 3] [--clients 6] [--seed N]
+    python -m tools.chaos --seconds 600 [--nodes 3] [--clients 6] [--seed N]
 
 Each node runs `skulk run` with its own home, ports and process group; the demo model is placed
 as one single-node instance per node plus a Pipeline across two nodes. Clients stream chat
@@ -37,12 +37,12 @@ from pathlib import Path
 
 import psutil
 
-from skulk.scripts.chaos_checks import (FaultRecord, NodeView, Verdict, agreement_problems, judge,
+from tools.chaos_checks import (FaultRecord, NodeView, Verdict, agreement_problems, judge,
                                         membership_problems, missing_placements, pending_recreations)
-from skulk.scripts.chaos_clients import Clients, Targets
-from skulk.scripts.chaos_faults import NODE_LOSS, Kind, inject, plan_fault
-from skulk.scripts.chaos_nodes import BusTicks, ChaosNode, group_procs, http_json, listening_ports
-from skulk.scripts.chaos_report import report
+from tools.chaos_clients import Clients, Targets
+from tools.chaos_faults import NODE_LOSS, Kind, inject, plan_fault
+from tools.chaos_nodes import BusTicks, ChaosNode, group_procs, http_json, listening_ports
+from tools.chaos_report import report
 
 MODEL = "skulk/demo-tiny"
 READY_TIMEOUT_S = 60.0

@@ -1,0 +1,153 @@
+"""This node's own facts in the master core: its runners' statuses (from their reports and
+from process exits), its copies' download progress (the worker's), its models (the store
+role's), its in-place restart and the drain before it. A fact is indexed at once when this
+node leads, else sent to the leader as a `LocalEvent` and re-sent until the state has it.
+Pure: it only appends effects to `Shared.out`."""
+
+from __future__ import annotations
+
+import logging
+
+from skulk.services.master.drain import DrainWait, Pending, pending
+from skulk.services.master.effects import SupervisorVerb, TellSupervisor
+from skulk.services.master.failures import process_ended
+from skulk.services.master.leader import Leader, OwnFact
+from skulk.services.master.shared import Shared
+from skulk.wire.catalog import CatalogReport, NodeCatalogUpdated, catalog_key
+from skulk.wire.cluster import LocalEvent
+from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, RejectReason, Reply
+from skulk.wire.events import ChildLifecycle, LifecycleEvent, RunnerReport
+from skulk.wire.message import Message
+from skulk.wire.staging import DownloadProgress, DownloadReport, NodeDownloadUpdated
+from skulk.wire.state import RESTART_GRACE_S, NodeRestarting, RunnerStatus, RunnerStatusUpdated
+
+log = logging.getLogger("skulk.master")
+
+class OwnNode:
+    def __init__(self, shared: Shared, leader: Leader, drain_timeout_s: float) -> None:
+        self.s, self.leader, self.drain_timeout_s = shared, leader, drain_timeout_s
+        self.runners: dict[str, RunnerStatus] = {}
+        self.downloads: dict[str, DownloadProgress] = {}
+        self.catalog: dict[str, NodeCatalogUpdated] = {}
+        self.leaving = False
+        """This node restarts in place (this process is the old image)."""
+        self.leaving_until = 0.0  # the restart mark's `until` (wall clock)
+        self.drain_waits: Pending | None = None  # what the drain last waited for (`drain.py`)
+        self.drain_told = False  # the supervisor knows the drain is over
+        self.restart_asked = False  # a second restart while one is under way is a 409
+
+    def on_bus(self, msg: Message) -> None:
+        """A report on this node's bus (membership is the core's)."""
+        s = self.s
+        if isinstance(msg, RunnerReport):
+            self.runners[msg.runner_id] = msg.status
+            self.runner_fact(msg.runner_id, msg.status)
+            if load := s.loads.on_report(msg, s.now.mono):
+                s.to_leader(load)
+        elif isinstance(msg, ChildLifecycle) and (status := process_ended(msg, s.node_id)):
+            self.runners[msg.child_id] = status
+            self.runner_fact(msg.child_id, status)
+        elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == LifecycleEvent.RESTARTING:
+            self.restart_announced()
+        elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == LifecycleEvent.STOPPING \
+                and self.leaving:  # a stop cut the drain short: the node is not coming back
+            self.leaving, self.leaving_until = False, 0.0
+            self.fact(NodeRestarting(node_id=s.node_id, until=0.0))
+        elif isinstance(msg, DownloadReport):
+            self.downloads[msg.progress.model_id] = msg.progress
+            self.download_fact(msg.progress)
+        elif isinstance(msg, CatalogReport):
+            self.know_catalog(NodeCatalogUpdated(node_id=s.node_id, cards=msg.cards, in_store=msg.in_store))
+
+    def know_catalog(self, entry: NodeCatalogUpdated) -> None:
+        self.catalog[catalog_key(entry)] = entry
+        self.catalog_fact(entry)
+
+    def catalog_fact(self, entry: NodeCatalogUpdated) -> None:
+        if not self.indexed(entry):
+            self.fact(entry)
+
+    def download_fact(self, progress: DownloadProgress) -> None:
+        event = NodeDownloadUpdated(node_id=self.s.node_id, progress=progress)
+        if not self.indexed(event):
+            self.fact(event)
+
+    def indexed(self, event: NodeDownloadUpdated | NodeCatalogUpdated) -> bool:
+        """Whether the state already says this (a fact re-sent until the leader indexed it)."""
+        state = self.s.state
+        if isinstance(event, NodeDownloadUpdated):
+            return state.downloads.get(event.node_id, {}).get(event.progress.model_id) == event.progress
+        return state.catalog.get(catalog_key(event)) == event
+
+    def runner_fact(self, runner_id: str, status: RunnerStatus) -> None:
+        if self.s.state.runners.get(runner_id) != status:
+            self.fact(RunnerStatusUpdated(runner_id=runner_id, status=status))
+
+    def fact(self, event: OwnFact) -> None:
+        """Indexed if we lead, else a `LocalEvent` to the leader."""
+        s = self.s
+        if s.leading:
+            self.leader.index_fact(event)
+        else:
+            s.to_leader(LocalEvent(node_id=s.node_id, event=event))
+
+    def send_all(self) -> None:
+        """Every fact of this node the state lacks (a new leader, or the follower's resend)."""
+        for rid, status in self.runners.items():
+            self.runner_fact(rid, status)
+        for progress in self.downloads.values():
+            self.download_fact(progress)
+        for entry in self.catalog.values():
+            self.catalog_fact(entry)
+
+    def forget_gone_runners(self) -> None:
+        live = {r for i in self.s.state.instances.values() for r in i.runner_to_shard}
+        self.runners = {r: st for r, st in self.runners.items() if r in live}  # gone with their instance
+
+    def restart_self(self, command_id: str) -> Reply:
+        """`POST /admin/restart` of this node: the supervisor restarts it (once)."""
+        if self.restart_asked:
+            return CommandRejected(command_id=command_id, status=409, message=RESTART_PENDING,
+                                   reason=RejectReason.RESTART_PENDING)
+        log.warning("restarting this node in place (asked through the API)")
+        self.s.out.append(TellSupervisor(SupervisorVerb.RESTART))
+        self.restart_asked = True
+        return CommandAccepted(command_id=command_id, message="restarting")
+
+    def restart_announced(self) -> None:
+        """The supervisor restarts this node in place (it repeats the notice while it drains).
+        The leader keeps the node and its instances while gossip does not hear it: for the
+        longest drain, then the restart's grace."""
+        if self.leaving:
+            return
+        self.leaving = True
+        self.leaving_until = self.s.now.wall + self.drain_timeout_s + RESTART_GRACE_S
+        self.drain_waits = Pending(DrainWait.NOT_MARKED)
+        log.info("this node restarts in place: asking the leader to mark it restarting")
+        self.fact(NodeRestarting(node_id=self.s.node_id, until=self.leaving_until))
+
+    def mark_again(self) -> None:
+        """Every second while restarting: the mark again, until the leader has it (a follower's
+        `LocalEvent` can be lost, say in an election)."""
+        if self.leaving and self.leaving_until and self.s.node_id not in self.s.state.restarting:
+            self.fact(NodeRestarting(node_id=self.s.node_id, until=self.leaving_until))
+
+    def check_drain(self) -> None:
+        """While the restart drains: log what it waits for, and once nothing is left in flight,
+        tell the supervisor (once)."""
+        if not self.leaving or self.drain_told or self.drain_timeout_s <= 0:
+            return
+        waits = pending(self.s.state, self.s.node_id, self.s.loads.loads)
+        if waits != self.drain_waits:
+            self.drain_waits = waits
+            log.info("drain: %s", f"waiting: {waits.reason.value} ({waits.count})" if waits and waits.count
+                     else f"waiting: {waits.reason.value}" if waits else "nothing left in flight")
+        if waits is None:
+            self.s.out.append(TellSupervisor(SupervisorVerb.DRAINED))
+            self.drain_told = True
+
+    def back_from_restart(self) -> None:
+        """The new image clears its node's restart mark (routing and the runner plan wait for it)."""
+        if self.s.node_id in self.s.state.restarting and not self.leaving:
+            self.fact(NodeRestarting(node_id=self.s.node_id, until=0.0))
+

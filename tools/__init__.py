@@ -1,0 +1,1 @@
+"""Development tools (chaos soak, fuzzers, benchmarks), run as `python -m tools.X`; not in the wheel."""
