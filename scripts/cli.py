@@ -7,17 +7,17 @@ import json
 import sys
 from pathlib import Path
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 
 
 def _home(value: str | None) -> Path:
-    from skulk.supervisor.config import default_home
+    from skulk.node.config import default_home
 
     return Path(value).expanduser() if value else default_home()
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from skulk.supervisor import config
+    from skulk.node import config
     from skulk.supervisor.node import run_node
 
     try:

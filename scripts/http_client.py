@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from skulk.wire.state import SERVING_KINDS
+from skulk.cluster.state import SERVING_KINDS
 
 
 def auth_headers() -> dict[str, str]:

@@ -14,14 +14,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 
 
 def destination(home: Path, store_path: Path | None, config_path: Path | None) -> Path:
     """The directory models are added to (ConfigError when the node's config is bad)."""
     if store_path is not None:
         return store_path.expanduser().resolve()
-    from skulk.supervisor import config
+    from skulk.node import config
 
     cfg = config.load(home=home, config_path=config_path)
     store = getattr(cfg, "model_store", None)
@@ -37,7 +37,7 @@ def is_model_id(text: str) -> bool:
 
 def run(ns: argparse.Namespace, home: Path) -> int:
     from skulk.services.store.fetch import FetchError, add_gguf, add_local_dir, download_into_store, gguf_file
-    from skulk.supervisor.config import ConfigError
+    from skulk.node.config import ConfigError
 
     try:
         dest = destination(home, ns.store_path, ns.config)

@@ -146,7 +146,7 @@ def uninstall(ns: argparse.Namespace) -> int:
 def status(ns: argparse.Namespace) -> int:
     """The service manager's word, then the node's own (`/health` on its API port)."""
     from skulk.scripts.http_client import request
-    from skulk.supervisor import config
+    from skulk.node import config
 
     system = platform.system()
     path = target(system, ns.user, ns.root)

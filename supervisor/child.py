@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skulk.supervisor.role_args import ChildArgs
+from skulk.node.role_args import ChildArgs
 from skulk.supervisor.spec import ChildSpec
 
 DEFERRED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
@@ -30,7 +30,7 @@ METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def metrics_dir(run_dir: Path) -> Path:
-    """Where every child writes its Prometheus metrics (`wire/metrics.py`); wiped at node start."""
+    """Where every child writes its Prometheus metrics (`node/metrics.py`); wiped at node start."""
     return run_dir / "metrics"
 
 

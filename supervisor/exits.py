@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 from enum import Enum
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 
 
 class ExitKind(Enum):

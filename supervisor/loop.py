@@ -23,7 +23,7 @@ import zmq
 from skulk.supervisor import control, node_identity
 from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
 from skulk.supervisor.child import ChildProcess
-from skulk.supervisor.config import NodeConfig
+from skulk.node.config import NodeConfig
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 from skulk.wire import endpoints

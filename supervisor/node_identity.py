@@ -20,10 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from skulk.supervisor.model_store import same_name
+from skulk.node.model_store import same_name
 
 if TYPE_CHECKING:
-    from skulk.supervisor.config import NodeConfig
+    from skulk.node.config import NodeConfig
 
 SUFFIX_FILE = "node-suffix"
 TAKEN_FILE = "node-name"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from skulk.supervisor.logsetup import LogSettings
+from skulk.node.logsetup import LogSettings
 
 Restart = Literal["permanent", "transient", "temporary"]
 Strategy = Literal["one_for_one", "rest_for_one", "one_for_all", "simple_one_for_one"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from skulk.supervisor import exitcodes
-from skulk.supervisor.exitcodes import is_normal
+from skulk.node import exitcodes
+from skulk.node.exitcodes import is_normal
 from skulk.supervisor.spec import Restart, Strategy
 
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 from skulk.supervisor.child import ChildProcess
 from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget

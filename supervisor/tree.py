@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skulk.supervisor.argv import Argv
-from skulk.supervisor.config import NodeConfig
-from skulk.supervisor.logsetup import LogSettings
-from skulk.supervisor.model_store import StoreSlice
+from skulk.node.argv import Argv
+from skulk.node.config import NodeConfig
+from skulk.node.logsetup import LogSettings
+from skulk.node.model_store import StoreSlice
 from skulk.supervisor.node_identity import names
-from skulk.supervisor.role_args import (ApiArgs, EventlogArgs, GossipArgs, JanitorArgs, MasterArgs, RunnerSettings,
+from skulk.node.role_args import (ApiArgs, EventlogArgs, GossipArgs, JanitorArgs, MasterArgs, RunnerSettings,
                                         StoreRoleArgs, WorkerArgs)
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.wire.version import skulk_version

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from skulk.wire.state import SERVING_KINDS
+from skulk.cluster.state import SERVING_KINDS
 
 ROLES = ("bus", "eventlog", "store", "gossip", "master", "worker", "api", "janitor")
 READY = SERVING_KINDS

@@ -222,7 +222,7 @@ def runner_endpoints(home: Path, timeout: float = 10.0) -> dict[str, str]:
 def rank_controls(home: Path, timeout: float = 10.0) -> list[str]:
     """The rank control endpoints of the sharded instances in the node's state (rank 0's host,
     `ring_port(instance, -1)`: what the worker gives each rank as `--control`)."""
-    from skulk.wire.placement import ring_port
+    from skulk.cluster.placement import ring_port
     from skulk.wire.sockets import make_socket, recv, send
 
     ctx: zmq.Context[Any] = zmq.Context.instance()

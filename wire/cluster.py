@@ -14,7 +14,7 @@ from skulk.wire.commands import MasterCommand, Reply
 from skulk.wire.config_sync import SetConfig
 from skulk.wire.message import Message
 from skulk.wire.staging import PurgeStaging
-from skulk.wire.state import Event, IndexedEvent, NodeInfo, State
+from skulk.cluster.state import Event, IndexedEvent, NodeInfo, State
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from skulk.wire.message import Command, CommandReply, Message
 from skulk.wire.models import ModelCard
-from skulk.wire.state import State, TaskParams
+from skulk.cluster.state import State, TaskParams
 
 
 SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "

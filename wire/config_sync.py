@@ -3,7 +3,7 @@ indexes and the replicated value it leaves in `State.config`.
 
 The config lives in the replicated state, not in a broadcast, so a node that joins later or a
 leader elected after a failover has it too. The YAML text never carries secrets (`hf_token`,
-API keys): every node keeps its own (`supervisor/config_file.py`).
+API keys): every node keeps its own (`node/config_file.py`).
 """
 
 from __future__ import annotations

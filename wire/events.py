@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from skulk.wire.message import Message
-from skulk.wire.state import RunnerStatus
+from skulk.cluster.state import RunnerStatus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

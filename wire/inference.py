@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from skulk.wire.message import Message
-from skulk.wire.state import TaskParams, ToolCall
+from skulk.cluster.state import TaskParams, ToolCall
 
 
 class FailReason(StrEnum):
@@ -55,7 +55,7 @@ class Generate(Message):
     params: TaskParams
     context_limit: int = 0  # the instance's usable context in tokens (prompt + output); 0: the model's
     default_max_tokens: bool = False  # the client gave no max_tokens: fit it to the context, never refuse
-    trace: bool = False  # record this request's spans (wire/trace_files.py) under `task_id`
+    trace: bool = False  # record this request's spans (node/trace_files.py) under `task_id`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,6 @@
 """Model cards on the wire: what a model is (layers, size, family, tasks, companions) as the
 catalog, placement and routing see it. Model directories are read into cards by
-`wire/model_cards.py` (the store role for the catalog, the API for its own node's models at
+`node/model_cards.py` (the store role for the catalog, the API for its own node's models at
 start, `skulk model add`)."""
 
 from __future__ import annotations

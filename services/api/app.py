@@ -22,10 +22,10 @@ from skulk.services.api.event_record import EventRecorder
 from skulk.services.api.generation import Generation
 from skulk.services.api.resources.diagnostics_runners import placed_here
 from skulk.services.api.runner_view import RunnerView
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 from skulk.services.api.routes import ROUTES
-from skulk.supervisor.api_keys import ApiKey
-from skulk.supervisor.model_store import ModelStoreConfig
+from skulk.node.api_keys import ApiKey
+from skulk.node.model_store import ModelStoreConfig
 from skulk.wire.version import skulk_version
 
 

@@ -11,7 +11,7 @@ operator sets `api.open_admin: true`. The decision is `decide` (pure); `AuthMidd
 it, and hands the caller's key on to the peers a cluster view asks (`peers.FORWARDED`).
 
 A key's text never appears in a log line, an error message or anything this module keeps: keys
-are compared as SHA-256 digests (`supervisor/api_keys.py`) and named by their `name`.
+are compared as SHA-256 digests (`node/api_keys.py`) and named by their `name`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import falcon
 
 from skulk.services.api.peers import FORWARDED
-from skulk.supervisor.api_keys import ApiKey, Scope, find
+from skulk.node.api_keys import ApiKey, Scope, find
 
 log = logging.getLogger("skulk.api.auth")
 

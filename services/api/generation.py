@@ -29,13 +29,13 @@ from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
 from skulk.services.api.metering import ApiShape, StreamMeter
 from skulk.services.api.event_record import EventRecorder
 from skulk.services.api.request_trace import RequestTrace
-from skulk.supervisor import logctx
-from skulk.wire.replica import StateReplica
+from skulk.node import logctx
+from skulk.cluster.replica import StateReplica
 from skulk.wire.commands import NO_INSTANCE, CommandRejected, RejectReason, Routed, TaskCancelled, TaskFinished, TextGeneration
 from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
-from skulk.wire.metrics import INTERNAL_ERROR
-from skulk.wire.state import TaskParams
-from skulk.wire.trace_files import now_us
+from skulk.node.metrics import INTERNAL_ERROR
+from skulk.cluster.state import TaskParams
+from skulk.node.trace_files import now_us
 
 log = logging.getLogger("skulk.api.generation")
 
@@ -251,7 +251,7 @@ class Generation:
 
 
 def _bound(routed: Routed) -> AbstractContextManager[None]:
-    """The request's ids on every log line of this block (`supervisor/logctx.py`)."""
+    """The request's ids on every log line of this block (`node/logctx.py`)."""
     return logctx.bind(command_id=routed.command_id, task_id=routed.task_id)
 
 

@@ -1,4 +1,4 @@
-"""A generation request's metrics, as its client sees them (`wire/metrics.py` declares them).
+"""A generation request's metrics, as its client sees them (`node/metrics.py` declares them).
 
 `Generation.open` starts a `StreamMeter` when a request arrives; the `Stream` shows it every
 event it passes on and closes it once, however the request ends. The meter turns that into the
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from skulk.wire import metrics
+from skulk.node import metrics
 from skulk.wire.inference import REFUSALS, Done, Failed, FailReason, TokenChunk
-from skulk.wire.metrics import CLIENT_GONE, Outcome
+from skulk.node.metrics import CLIENT_GONE, Outcome
 
 
 class ApiShape(StrEnum):

@@ -7,7 +7,7 @@ from typing import Any
 
 from skulk.services.api.schema import INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
 from skulk.wire.inference import Done, TokenChunk
-from skulk.wire.state import ToolCall
+from skulk.cluster.state import ToolCall
 
 
 DONE = b"data: [DONE]\n\n"

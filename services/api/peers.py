@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from skulk.wire.state import State
+from skulk.cluster.state import State
 
 PEER_TIMEOUT_S = 2.0
 """A peer that has not answered in this long counts as unreachable (an operator's page must not

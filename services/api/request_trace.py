@@ -1,13 +1,13 @@
 """The API's spans of a traced request (`Routed.trace`): routing through the master, the
 runner's admission, the wait for the first token, the stream to its outcome. Written as the
-task's `api.json` part on this node when the stream closes (`wire/trace_files.py`)."""
+task's `api.json` part on this node when the stream closes (`node/trace_files.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from skulk.wire.commands import Routed
-from skulk.wire.trace_files import TracePart, now_us, write_part
+from skulk.node.trace_files import TracePart, now_us, write_part
 
 
 class RequestTrace:

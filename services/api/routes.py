@@ -36,7 +36,7 @@ from skulk.services.api.resources.dashboard import (ASSET_SCHEMA, PAGE_SCHEMA, S
                                                      DashboardAssetResource, DashboardPageResource)
 from skulk.services.api.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array
 from skulk.services.api.state_json import INSTANCE, MODEL_ENTRY, MODEL_LIST, STATE
-from skulk.supervisor.api_keys import Scope
+from skulk.node.api_keys import Scope
 
 INFERENCE, PUBLIC = Scope.INFERENCE, Scope.PUBLIC
 

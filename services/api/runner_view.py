@@ -39,7 +39,7 @@ from skulk.wire.events import ChildLifecycle, LifecycleEvent, RunnerReport
 from skulk.wire.flight import FlightEntry
 from skulk.wire.message import Message
 from skulk.wire.sockets import drain, make_socket
-from skulk.wire.state import NodeInfo
+from skulk.cluster.state import NodeInfo
 from skulk.wire.topics import EVT_CLUSTER, EVT_FLIGHT, EVT_RUNNER, EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.api.runner_view")

@@ -12,7 +12,7 @@ from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, STRING, Sch
 from skulk.wire.accelerator import Accelerator
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadKind, DownloadProgress
-from skulk.wire.state import Instance, NodeInfo, RunnerKind, RunnerStatus, State, Task
+from skulk.cluster.state import Instance, NodeInfo, RunnerKind, RunnerStatus, State, Task
 
 GIB = 1024 ** 3
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from skulk.services.api.errors import ApiError
-from skulk.wire.state import ToolCall
+from skulk.cluster.state import ToolCall
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 

@@ -1,5 +1,5 @@
 """This node's traces on disk (`<home>/traces/<task_id>/<part>.json`, written by
-`wire/trace_files.py`): list them, load one task's spans merged from all its parts, delete.
+`node/trace_files.py`): list them, load one task's spans merged from all its parts, delete.
 
 A reader never trusts the disk: a part that does not parse (a torn write, a disk error), a
 `.tmp` leftover of a writer that died before its rename, or a directory whose name is not a
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from skulk.services.api.trace_views import Part, clean_part, merge_nodes, merge_spans, summary
-from skulk.wire.trace_files import valid_task_id
+from skulk.node.trace_files import valid_task_id
 
 log = logging.getLogger("skulk.api.traces")
 

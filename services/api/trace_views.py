@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skulk.wire.trace_files import valid_task_id
+from skulk.node.trace_files import valid_task_id
 
 Span = dict[str, Any]
 NodeRef = dict[str, str]  # {"nodeId", "friendlyName"}

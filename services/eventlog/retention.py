@@ -6,7 +6,7 @@ appends) bound the log's disk use; every one is configurable so tests use small 
 
 from __future__ import annotations
 
-from skulk.supervisor.role_args import EventlogArgs
+from skulk.node.role_args import EventlogArgs
 
 RECORDED = (b"evt.state.event.", b"evt.supervisor.")
 """State changes (the leader's indexed events, replicated to every node) and process lifecycle.

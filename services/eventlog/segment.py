@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 from skulk.services.eventlog.retention import Retention, archives_to_prune, below_floor
-from skulk.wire.eventlog_files import ACTIVE, MODE_FILE, MODE_FILE_BYTES, read_records, record_bytes
+from skulk.node.eventlog_files import ACTIVE, MODE_FILE, MODE_FILE_BYTES, read_records, record_bytes
 
 log = logging.getLogger("skulk.eventlog")
 

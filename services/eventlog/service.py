@@ -17,14 +17,15 @@ from skulk.services.base import ServiceLoop
 from skulk.services.eventlog.catchup import CatchUp, Step
 from skulk.services.eventlog.retention import Retention, is_refresh, worth_recording
 from skulk.services.eventlog.segment import Segment
-from skulk.wire import endpoints, metrics
+from skulk.wire import endpoints
+from skulk.node import metrics
 from skulk.wire.api_events import API_TOPICS
 from skulk.wire.cluster import EventBatch, ReplayRequest
 from skulk.wire.codec import decode, encode
 from skulk.wire.errors import WireError
-from skulk.wire.eventlog_files import iter_records, log_files
+from skulk.node.eventlog_files import iter_records, log_files
 from skulk.wire.sockets import drain, make_socket, send
-from skulk.wire.state import IndexedEvent, StateHead
+from skulk.cluster.state import IndexedEvent, StateHead
 from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.eventlog")
@@ -142,6 +143,6 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     loop.add_reader(pull, on_api_record)
     loop.every(CATCH_UP_CHECK_S, lambda: carry_out(catch_up.due(time.monotonic())))
     loop.every(RESUME_CHECK_S, segment.resume_if_possible)
-    # `skulk_eventlog_counting_only` (wire/metrics.py): the mode as of the last second
+    # `skulk_eventlog_counting_only` (node/metrics.py): the mode as of the last second
     loop.every(MODE_SHOW_S, lambda: metrics.EVENTLOG_COUNTING.set(int(bool(segment.degraded))), first_in=0.0)
     loop.on_stop(segment.close)

@@ -26,7 +26,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from skulk.supervisor.model_store import same_name
+from skulk.node.model_store import same_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """What the janitor deletes (pure): traced tasks older than the retention period.
 
 A traced task is a directory `<home>/traces/<task_id>/` holding one part file per process that
-recorded spans there (`wire/trace_files.py`); parts of one task are written at about the same
+recorded spans there (`node/trace_files.py`); parts of one task are written at about the same
 time, but a late one (a rank that finished last) must keep the whole task, so a task's age is
 that of its newest file.
 """

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from skulk.services.base import ServiceLoop
 from skulk.services.janitor.policy import expired_tasks
-from skulk.supervisor.role_args import JanitorArgs
-from skulk.wire.trace_files import traces_root, valid_task_id
+from skulk.node.role_args import JanitorArgs
+from skulk.node.trace_files import traces_root, valid_task_id
 
 log = logging.getLogger("skulk.janitor")
 

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from skulk.wire.placement import PlacementError, place
+from skulk.cluster.placement import PlacementError, place
 from skulk.services.master.config_sync import set_config
 from skulk.services.master.routing import RouteError, route
 from skulk.wire.config_sync import SetConfig
@@ -18,7 +18,7 @@ from skulk.wire.commands import (INSTANCE_LOST, NOT_EMBEDDING, NOT_GENERATIVE, R
                                  TaskFinished, TextEmbedding, TextGeneration)
 from skulk.wire.inference import FailReason
 from skulk.wire.message import Command, Message
-from skulk.wire.state import (DELETED_BY_OPERATOR, OPEN_STATUSES, TaskStatus, Cause, Instance, InstanceCreated, InstanceDeleted,
+from skulk.cluster.state import (DELETED_BY_OPERATOR, OPEN_STATUSES, TaskStatus, Cause, Instance, InstanceCreated, InstanceDeleted,
                               NodeTimedOut, State, Task, TaskCreated, TaskDeleted, TaskFailed,
                               TaskStatusUpdated)
 

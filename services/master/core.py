@@ -23,14 +23,14 @@ from skulk.services.master.follower import Follower
 from skulk.services.master.leader import Leader
 from skulk.services.master.own_node import OwnNode
 from skulk.services.master.shared import Shared
-from skulk.wire.catalog import NodeCatalogUpdated, catalog_key
+from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
 from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce, LocalEvent,
                                 Membership, ReplayRequest, RunnerLoad, SnapshotPush)
 from skulk.wire.commands import (CommandAccepted, CommandRejected, RejectReason, Reply, RestartNode, SnapshotRequest,
                                  StateSnapshot)
 from skulk.wire.message import Command, Message
 from skulk.wire.staging import NodeDownloadUpdated
-from skulk.wire.state import NodeRestarting, RunnerStatusUpdated, State
+from skulk.cluster.state import NodeRestarting, RunnerStatusUpdated, State
 
 log = logging.getLogger("skulk.master")
 

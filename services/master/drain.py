@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from skulk.wire.state import OPEN_STATUSES, State
+from skulk.cluster.state import OPEN_STATUSES, State
 
 class DrainWait(Enum):
     """What a drain waits for (the value is for the log)."""

@@ -12,7 +12,7 @@ from enum import Enum
 from skulk.wire.cluster import Member
 from skulk.wire.commands import Routed
 from skulk.wire.message import Message
-from skulk.wire.state import IndexedEvent, State, StateHead
+from skulk.cluster.state import IndexedEvent, State, StateHead
 
 
 @dataclass(frozen=True, slots=True)

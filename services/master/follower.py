@@ -11,8 +11,8 @@ from skulk.services.master.effects import SyncConfig
 from skulk.services.master.shared import Shared
 from skulk.wire.cluster import EventBatch, ForwardCommand, ReplayRequest
 from skulk.wire.commands import DeleteInstance, PlaceInstance
-from skulk.wire.reducer import apply
-from skulk.wire.state import State
+from skulk.cluster.reducer import apply
+from skulk.cluster.state import State
 
 log = logging.getLogger("skulk.master")
 

@@ -15,10 +15,10 @@ from skulk.services.master.shared import Shared
 from skulk.wire.cluster import EventBatch, ReplayRequest, SnapshotPush
 from skulk.wire.commands import Reply, Routed
 from skulk.wire.message import Command, Message
-from skulk.wire.reducer import apply
-from skulk.wire.catalog import NodeCatalogUpdated
+from skulk.cluster.reducer import apply
+from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.staging import NodeDownloadUpdated
-from skulk.wire.state import IndexedEvent, NodeRestarting, RunnerKind, RunnerStatusUpdated
+from skulk.cluster.state import IndexedEvent, NodeRestarting, RunnerKind, RunnerStatusUpdated
 
 log = logging.getLogger("skulk.master")
 

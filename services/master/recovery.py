@@ -12,8 +12,8 @@ from collections.abc import Callable
 from skulk.services.master.commands import delete_events, place_again
 from skulk.services.master.failures import GiveUp, RecoveryPolicy, lineage_failures, verdict
 from skulk.wire.message import Message
-from skulk.wire.placement import PlacementError, place
-from skulk.wire.state import InstanceCreated, RecreationAbandoned, RunnerStatus, State
+from skulk.cluster.placement import PlacementError, place
+from skulk.cluster.state import InstanceCreated, RecreationAbandoned, RunnerStatus, State
 
 log = logging.getLogger("skulk.master")
 

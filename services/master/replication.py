@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from skulk.wire.state import IndexedEvent, State
+from skulk.cluster.state import IndexedEvent, State
 
 LOG_KEEP = 10_000
 REPLAY_MAX = 2_000

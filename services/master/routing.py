@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE, RejectReason
-from skulk.wire.state import OPEN_STATUSES, SERVING_KINDS, Instance, State
+from skulk.cluster.state import OPEN_STATUSES, SERVING_KINDS, Instance, State
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,17 +19,17 @@ from skulk.services.master.effects import (Answer, Channel, Effect, Instant, Lin
                                            SyncConfig, TellSupervisor, ToPeer, ToPeers, TraceRoute, Unexpected)
 from skulk.services.master.peer_links import MAX_PEER_FRAME, PeerLinks
 from skulk.services.master.restart import SupervisorLink
-from skulk.supervisor.role_args import MasterArgs
+from skulk.node.role_args import MasterArgs
 from skulk.wire import endpoints
-from skulk.wire.catalog import NodeCatalogUpdated
+from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.commands import CommandRejected
 from skulk.wire.errors import UnexpectedMessage, WireError
-from skulk.wire.model_cards import scan
+from skulk.node.model_cards import scan
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_published, recv_routed, send_routed
-from skulk.wire.state import StateHead
+from skulk.cluster.state import StateHead
 from skulk.wire.topics import EVT_STATE
-from skulk.wire.trace_files import TracePart, now_us, write_part
+from skulk.node.trace_files import TracePart, now_us, write_part
 
 log = logging.getLogger("skulk.master")
 

@@ -15,7 +15,7 @@ from skulk.services.master.loads import RunnerLoads
 from skulk.services.master.replication import SessionLog
 from skulk.services.master.roster import Roster
 from skulk.wire.message import Message
-from skulk.wire.state import IndexedEvent, State, StateHead
+from skulk.cluster.state import IndexedEvent, State, StateHead
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from skulk.wire.inference import Generate
-from skulk.wire.state import TaskParams
+from skulk.cluster.state import TaskParams
 
 MAX_ID_CHARS = 256
 """Request and task ids are the API's uuids; a longer one is refused unlogged (a stranger's

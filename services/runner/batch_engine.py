@@ -29,7 +29,7 @@ from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, load_model
 from skulk.services.runner.scheduler import prefill_share
 from skulk.wire.inference import RankInsert
-from skulk.wire.state import TaskParams
+from skulk.cluster.state import TaskParams
 
 log = logging.getLogger("skulk.runner")
 

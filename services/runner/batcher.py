@@ -20,11 +20,11 @@ from skulk.services.runner.engine import Engine, StepOutput
 from skulk.services.runner.scheduler import Admission, Limits
 from skulk.services.runner.sessions import Session
 from skulk.services.runner.tracing import RankTraces
-from skulk.supervisor import logctx
+from skulk.node import logctx
 from skulk.wire.inference import (Done, FailReason, Failed, Generate, Progress, ProgressPhase, RankInsert, RankStep,
                                   Started)
 from skulk.wire.message import Message
-from skulk.wire.trace_files import now_us
+from skulk.node.trace_files import now_us
 
 log = logging.getLogger("skulk.runner")
 

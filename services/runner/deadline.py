@@ -1,5 +1,5 @@
 """A hard deadline around a call that may block in C forever (it exits with a code from
-`supervisor/exitcodes.py`), and the stall watch's step beats to the supervisor."""
+`node/exitcodes.py`), and the stall watch's step beats to the supervisor."""
 
 from __future__ import annotations
 

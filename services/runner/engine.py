@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skulk.wire.inference import RankInsert
-from skulk.wire.state import TaskParams
+from skulk.cluster.state import TaskParams
 
 
 @dataclass(frozen=True, slots=True)

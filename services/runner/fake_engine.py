@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from skulk.services.runner.engine import OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.wire.inference import RankInsert
-from skulk.wire.state import TaskParams
+from skulk.cluster.state import TaskParams
 
 
 @dataclass

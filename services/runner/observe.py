@@ -17,7 +17,7 @@ from skulk.services.runner.tracing import RankTraces
 from skulk.wire.flight import FlightEntry, Phase
 from skulk.wire.inference import Done, FailReason, Failed, RankStep, Started
 from skulk.wire.message import Message
-from skulk.wire.trace_files import now_us
+from skulk.node.trace_files import now_us
 
 RATE_WINDOW_S = 1.0
 """tok/s is measured over at least this long (reports on change come more often)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skulk.wire.state import ChatMessage, TaskParams
+from skulk.cluster.state import ChatMessage, TaskParams
 
 
 def template_message(m: ChatMessage) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from skulk.services.runner.channels import ThinkSplitter, ToolCallScanner
 from skulk.services.runner.engine import Engine, OutputFormat, TokenOut
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
-from skulk.wire.state import TaskParams, ToolCall
+from skulk.cluster.state import TaskParams, ToolCall
 
 log = logging.getLogger("skulk.runner")
 

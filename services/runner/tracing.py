@@ -5,14 +5,14 @@ on the others) are followed; with none traced every hook returns at its first te
 off costs a dict lookup per step. Spans: `queue` (admitted until it joins the batch, rank 0),
 `prefill` chunks and `decode` steps (the engine step the request was in, shared with the
 batch), `detokenize` (its own text, rank 0) and `network` (its messages handed to the socket,
-rank 0). Layout and writer: `wire/trace_files.py`.
+rank 0). Layout and writer: `node/trace_files.py`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from skulk.wire.trace_files import BackgroundWriter, TracePart, now_us
+from skulk.node.trace_files import BackgroundWriter, TracePart, now_us
 
 
 class RankTraces:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from skulk.services.store.files import list_files, remove_tree
 from skulk.services.store.protocol import BadRequest, model_dir_of
-from skulk.wire.model_cards import card_from_dir
+from skulk.node.model_cards import card_from_dir
 from skulk.wire.models import ModelDirError
 
 log = logging.getLogger("skulk.store")

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from skulk.wire.model_cards import card_from_dir
+from skulk.node.model_cards import card_from_dir
 from skulk.wire.models import ModelCard, ModelDirError
 
 HASH_CHUNK = 4 << 20

@@ -20,9 +20,9 @@ from skulk.services.base import ServiceLoop
 from skulk.services.store.files import list_files, model_dirs
 from skulk.services.store.registry import Registry
 from skulk.services.store.server import StoreApp, serve
-from skulk.supervisor.role_args import StoreRoleArgs
-from skulk.wire.catalog import CatalogReport
-from skulk.wire.model_cards import scan
+from skulk.node.role_args import StoreRoleArgs
+from skulk.cluster.catalog import CatalogReport
+from skulk.node.model_cards import scan
 from skulk.wire.topics import EVT_CATALOG
 
 log = logging.getLogger("skulk.store")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skulk.wire.state import State
+from skulk.cluster.state import State
 
 NO_STORE = "{model} is not in this node's models dir and no model store can stage it here"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from skulk.wire.staged import Staged
+from skulk.node.staged import Staged
 
 
 def doomed(staged: Iterable[Staged], in_use: set[str], keep_bytes: int,

@@ -2,16 +2,16 @@
 
 Runners never write metrics themselves: the worker (long-lived, one per node) turns each report
 into the runner's queue depth, batch size, status kind and generated tokens, and the node's
-busy flag (`wire/metrics.py` declares them; `GET /metrics` serves them). A report's
+busy flag (`node/metrics.py` declares them; `GET /metrics` serves them). A report's
 `tokens_total` counts from its runner process's start, so the counter grows by the difference
 (`token_delta`, pure).
 """
 
 from __future__ import annotations
 
-from skulk.wire import metrics
+from skulk.node import metrics
 from skulk.wire.events import RunnerReport
-from skulk.wire.state import RunnerKind, State
+from skulk.cluster.state import RunnerKind, State
 
 
 def token_delta(seen: tuple[int, int] | None, now: tuple[int, int]) -> int:

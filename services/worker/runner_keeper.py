@@ -15,7 +15,7 @@ import zmq
 from skulk.services.worker.runner_plan import plan
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.sockets import drain, send
-from skulk.wire.state import State
+from skulk.cluster.state import State
 
 log = logging.getLogger("skulk.worker")
 

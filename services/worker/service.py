@@ -23,10 +23,10 @@ from typing import Any
 
 import zmq
 
-from skulk.wire.replica import TOPICS, ReplicaCore, drain_bus, snapshot_request, take_snapshot
+from skulk.cluster.replica import TOPICS, ReplicaCore, drain_bus, snapshot_request, take_snapshot
 from skulk.services.base import ServiceLoop
 from skulk.services.worker import eviction
-from skulk.supervisor.role_args import WorkerArgs
+from skulk.node.role_args import WorkerArgs
 from skulk.services.worker.runner_gauges import RunnerGauges
 from skulk.services.worker.runner_keeper import RunnerKeeper
 from skulk.services.worker.decide import eviction_due, plan_staging
@@ -36,8 +36,8 @@ from skulk.wire.events import RunnerReport
 from skulk.wire.models import dir_name
 from skulk.wire.sockets import drain, make_socket, recv_published, send
 from skulk.wire.staging import DownloadKind, DownloadReport
-from skulk.wire.staged import LAST_USED, in_use_here, is_staged, model_id_of, staged_copies, store_url
-from skulk.wire.state import RunnerKind, RunnerStatus, State
+from skulk.node.staged import LAST_USED, in_use_here, is_staged, model_id_of, staged_copies, store_url
+from skulk.cluster.state import RunnerKind, RunnerStatus, State
 from skulk.wire.topics import EVT_DOWNLOAD, EVT_RUNNER
 
 log = logging.getLogger("skulk.worker")

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from skulk.services import faults
 from skulk.wire.models import dir_name
-from skulk.wire.staged import LAST_USED, MARK, is_staged
+from skulk.node.staged import LAST_USED, MARK, is_staged
 from skulk.wire.staging import DownloadKind, DownloadProgress
 from skulk.wire import curve
 

@@ -9,7 +9,7 @@ import signal
 import uuid
 
 from skulk.wire.cluster import Membership
-from skulk.wire.state import StateHead
+from skulk.cluster.state import StateHead
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, wait_until

@@ -11,7 +11,7 @@ from typing import Any
 
 import zmq
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 from skulk.supervisor.tree import ROLES
 from skulk.wire import endpoints
 from skulk.wire.events import ServiceStatus

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from skulk.wire.model_cards import card_from_dir
+from skulk.node.model_cards import card_from_dir
 
 
 def build(home: Path, seed: int) -> str:

@@ -26,7 +26,7 @@ from skulk.wire import endpoints
 from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry
 from skulk.wire.sockets import make_socket, publish
-from skulk.wire.state import RunnerStatus
+from skulk.cluster.state import RunnerStatus
 from skulk.wire.topics import EVT_FLIGHT, EVT_RUNNER
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR

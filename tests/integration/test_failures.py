@@ -69,7 +69,7 @@ def test_a_crash_loop_deletes_the_instance_and_says_why(nodes, demo_model):
     print(f"crash loop: instance deleted {time.monotonic() - t0:.2f}s after the node was up: {reason}")
     assert "3 runner failures within 60s" in reason
     assert "crash loop" in (node.home / "logs" / "master.log").read_text()
-    from skulk.wire.eventlog_files import read_records
+    from skulk.node.eventlog_files import read_records
     from skulk.wire.codec import decode
 
     def logged():  # the event log writes behind the bus: wait for it, do not race it

@@ -71,7 +71,7 @@ def served(node, max_tokens: int = 4) -> None:
 def failed_task_kinds(node, count: int) -> list[str] | None:
     """The `error_type` of each `TaskFailed` in the node's event log, once there are `count`
     (the event log writes behind the bus: waited for, never raced)."""
-    from skulk.wire.eventlog_files import read_records
+    from skulk.node.eventlog_files import read_records
     from skulk.wire.codec import decode
 
     kinds = [decode(p).event.error_type for _, t, p in read_records(node.home / "eventlog" / "events.log")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 from skulk.wire.events import ChildLifecycle
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, Node

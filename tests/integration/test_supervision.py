@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 from skulk.supervisor.tree import ROLES
 from skulk.wire.events import ChildLifecycle
 from tests.integration.harness import BusWatcher

@@ -16,7 +16,7 @@ import urllib.request
 import uuid
 from typing import Any
 
-from skulk.wire.trace_files import TracePart, now_us, write_part
+from skulk.node.trace_files import TracePart, now_us, write_part
 from tests.integration.cluster import converged, name_of, node_args
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import MODEL, http_json

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from skulk.services.master.core import CoreSettings, MasterCore
 from skulk.services.master.effects import (Answer, Channel, Effect, Instant, LinkPeers, Publish, TellSupervisor,
                                            ToPeer, ToPeers)
-from skulk.wire.catalog import NodeCatalogUpdated
+from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.cluster import Member, Membership
 from skulk.wire.message import Command, Message
-from skulk.wire.state import State
+from skulk.cluster.state import State
 from tests.unit.test_state_and_routing import node
 
 WALL0 = 1_000_000.0

@@ -13,11 +13,11 @@ from skulk.services.api.chat_request import ApiError, parse
 from skulk.services.api.generation import GenerationError, context_checked as check_context
 from skulk.services.api.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
-from skulk.wire.state import ToolCall
+from skulk.cluster.state import ToolCall
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
-from skulk.wire.model_cards import card_from_dir, scan
+from skulk.node.model_cards import card_from_dir, scan
 from skulk.wire.models import ModelDirError, dir_name
-from skulk.wire.state import RunnerStatus, State
+from skulk.cluster.state import RunnerStatus, State
 
 OK = {"model": "m/x", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -21,8 +21,8 @@ from skulk.services.api.declare import Limits
 from skulk.services.api.errors import error_body
 from skulk.services.api.limits import LimitsMiddleware, StreamSlots, WatchedStream, bucket_of
 from skulk.services.api.resources.common import json_body
-from skulk.supervisor import config as node_config
-from skulk.supervisor.api_keys import ApiKey, ConfigError, Scope, digest, find, from_file, parse
+from skulk.node import config as node_config
+from skulk.node.api_keys import ApiKey, ConfigError, Scope, digest, find, from_file, parse
 
 ADMIN_TEXT = "admin-0123456789abcdef"
 INFER_TEXT = "infer-0123456789abcdef"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from skulk.services.faults import parse
-from skulk.supervisor import config
+from skulk.node import config
 from skulk.supervisor.tree import ROLES, build_tree
 
 

@@ -26,7 +26,7 @@ from skulk.wire.cluster import Member, Membership
 from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry, MlxMemory
 from skulk.wire.models import ModelCard
-from skulk.wire.state import Instance, NodeInfo, RunnerStatus, ShardMeta, State, Task, TaskParams
+from skulk.cluster.state import Instance, NodeInfo, RunnerStatus, ShardMeta, State, Task, TaskParams
 
 T0 = 1_700_000_000.0
 GIB = 1024 ** 3

@@ -10,7 +10,7 @@ from skulk.services.gossip.peers import (PeerTable, announcement, first_gossip_o
 from skulk.services.master.election import SETTLE_S, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.replication import SessionLog, seed
 from skulk.wire.cluster import Campaign, LeaderAnnounce, PeerHello
-from skulk.wire.state import IndexedEvent, NodeInfo, State, TaskDeleted
+from skulk.cluster.state import IndexedEvent, NodeInfo, State, TaskDeleted
 
 
 def announce(node: str, seniority: int, clock: int = 1) -> LeaderAnnounce:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from skulk.services.worker.eviction import doomed
-from skulk.wire.staged import Staged
+from skulk.node.staged import Staged
 
 GB = 1024 ** 3
 COPIES = [Staged("a/old", 10 * GB, 100.0), Staged("a/mid", 10 * GB, 200.0), Staged("a/new", 10 * GB, 300.0)]
@@ -37,7 +37,7 @@ def test_a_model_directory_names_its_companions_in_skulk_json(tmp_path):
 
     import pytest
 
-    from skulk.wire.model_cards import card_from_dir
+    from skulk.node.model_cards import card_from_dir
     from skulk.wire.models import ModelDirError
     from tests.fake_models import make_model
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from skulk.supervisor import config, logctx, logsetup
+from skulk.node import config, logctx, logsetup
 from skulk.supervisor.child import child_argv
-from skulk.supervisor.logsetup import JsonFormatter, LogSettings
-from skulk.supervisor.role_args import ChildArgs
+from skulk.node.logsetup import JsonFormatter, LogSettings
+from skulk.node.role_args import ChildArgs
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.tree import build_tree, log_settings
 

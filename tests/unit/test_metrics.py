@@ -1,6 +1,6 @@
 """Prometheus metrics: the pure parts (outcomes, token deltas, scrape-time families, the runner
 filter), what a request's meter and the worker's runner gauges record, and the multiprocess
-merge across real processes (`wire/metrics.py`, `services/api/metering.py`,
+merge across real processes (`node/metrics.py`, `services/api/metering.py`,
 `services/worker/runner_gauges.py`)."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from skulk.services.api.metering import ApiShape, StreamMeter, outcome_of, refusal_outcome
 from skulk.services.worker.runner_gauges import RunnerGauges, token_delta
-from skulk.wire import metrics
+from skulk.node import metrics
 from skulk.wire.commands import RejectReason
 from skulk.wire.control import ChildStatus
 from skulk.wire.events import RunnerReport
 from skulk.wire.inference import Done, Failed, FailReason, TokenChunk, ToolCall
-from skulk.wire.metrics import CLIENT_GONE, Outcome
+from skulk.node.metrics import CLIENT_GONE, Outcome
 from skulk.wire.models import ModelCard
-from skulk.wire.state import Instance, RunnerStatus, ShardMeta, State
+from skulk.cluster.state import Instance, RunnerStatus, ShardMeta, State
 
 CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4, hidden_size=256,
                  num_key_value_heads=2, supports_tensor=True, context_length=2048, family="qwen2",
@@ -192,8 +192,8 @@ def test_staging_families_sum_the_copies():
 WRITER = """
 import sys, time
 from skulk.services.api.metering import ApiShape, StreamMeter
-from skulk.wire import metrics
-from skulk.wire.metrics import Outcome
+from skulk.node import metrics
+from skulk.node.metrics import Outcome
 metrics.REQUESTS.labels("openai_chat", Outcome.COMPLETED, "stop").inc(int(sys.argv[1]))
 metrics.NODE_BUSY.set(int(sys.argv[2]))
 StreamMeter(ApiShape.OPENAI_CHAT, "m", time.monotonic())  # left in flight

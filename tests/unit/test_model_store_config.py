@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from skulk.supervisor import config, config_file
-from skulk.supervisor.model_store import ModelStoreConfig, StagingConfig, StoreSlice, is_store_host, staging_for
-from skulk.supervisor.role_args import WorkerArgs
+from skulk.node import config, config_file
+from skulk.node.model_store import ModelStoreConfig, StagingConfig, StoreSlice, is_store_host, staging_for
+from skulk.node.role_args import WorkerArgs
 from skulk.supervisor.tree import role_args
 
 HOME = Path("/srv/node1")

@@ -15,7 +15,7 @@ from skulk.services.runner.engine import OutputFormat
 from skulk.services.runner.fake_engine import FakeEngine
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.inference import Done, Generate, TokenChunk
-from skulk.wire.state import ChatMessage, TaskParams
+from skulk.cluster.state import ChatMessage, TaskParams
 from tests.unit.test_runner_batching import run
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from skulk.wire.commands import PlaceInstance
 from skulk.wire.models import ModelCard
-from skulk.wire.placement import GIB, PlacementError, layer_split, place, ring_port
-from skulk.wire.reducer import apply
-from skulk.wire.state import IndexedEvent, NodeGatheredInfo, NodeInfo, State
+from skulk.cluster.placement import GIB, PlacementError, layer_split, place, ring_port
+from skulk.cluster.reducer import apply
+from skulk.cluster.state import IndexedEvent, NodeGatheredInfo, NodeInfo, State
 
 CARD = ModelCard(model_id="o/m", storage_size_bytes=8 * GIB, n_layers=32, hidden_size=4096,
                  num_key_value_heads=8, supports_tensor=True, context_length=32768,
@@ -118,7 +118,7 @@ def test_exclusions_unknown_ids_are_ignored():
 
 
 def test_a_model_no_store_has_is_placed_only_on_the_nodes_that_hold_it():
-    from skulk.wire.catalog import NodeCatalogUpdated
+    from skulk.cluster.catalog import NodeCatalogUpdated
 
     state = cluster(("a", 64, 48), ("b", 64, 48), ("c", 64, 48))
     on_b = replace(state, catalog={"b": NodeCatalogUpdated(node_id="b", cards=(CARD,)),
@@ -165,7 +165,7 @@ def test_a_gpu_node_holds_the_checkpoint_as_stored_and_is_sized_by_its_own_memor
     """A 4-bit 8B checkpoint: 4.5 GB on a GPU (kept quantized unless bf16 fits at load), 32 GB
     in fp32 on a CPU node; a CUDA node may fill 90 % of its GPU, whatever its RAM."""
     from skulk.wire.accelerator import Accelerator
-    from skulk.wire.placement import held, shares, usable
+    from skulk.cluster.placement import held, shares, usable
 
     card = replace(CARD, storage_size_bytes=int(4.5 * GIB), runtime_bytes=32 * GIB)
     state = cluster(("gpu", 16, 8), ("cpu", 64, 60))
@@ -180,7 +180,7 @@ def test_a_gpu_node_holds_the_checkpoint_as_stored_and_is_sized_by_its_own_memor
 
 def test_a_cuda_gpu_counts_what_is_already_placed_on_it_and_rings_never_mix_devices():
     from skulk.wire.accelerator import Accelerator
-    from skulk.wire.placement import room
+    from skulk.cluster.placement import room
 
     card = replace(CARD, storage_size_bytes=30 * GIB, runtime_bytes=120 * GIB)
     state = cluster(("g1", 256, 250), ("g2", 256, 250))
@@ -201,8 +201,8 @@ def test_a_cuda_gpu_counts_what_is_already_placed_on_it_and_rings_never_mix_devi
 
 
 def test_a_one_node_instance_counts_the_drafter_its_card_names():
-    from skulk.wire.catalog import NodeCatalogUpdated, catalog_key
-    from skulk.wire.placement import drafter_bytes
+    from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
+    from skulk.cluster.placement import drafter_bytes
 
     card = replace(CARD, storage_size_bytes=10 * GIB, drafter="o/small")
     small = replace(CARD, model_id="o/small", storage_size_bytes=2 * GIB)

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from skulk.wire.placement import RING_PORTS
+from skulk.cluster.placement import RING_PORTS
 from tools import ports
 
 

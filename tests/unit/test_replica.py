@@ -1,10 +1,10 @@
-"""A process's replica of the state (`wire/replica.py`, the logic without sockets): when it
+"""A process's replica of the state (`cluster/replica.py`, the logic without sockets): when it
 asks its master for a snapshot."""
 
 from __future__ import annotations
 
-from skulk.wire.replica import SNAPSHOT_RETRY_S, ReplicaCore
-from skulk.wire.state import State, StateHead
+from skulk.cluster.replica import SNAPSHOT_RETRY_S, ReplicaCore
+from skulk.cluster.state import State, StateHead
 
 
 def test_it_asks_at_start_and_again_only_after_the_retry_time():

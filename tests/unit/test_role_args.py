@@ -1,5 +1,5 @@
 """Every role's command line is one dataclass: what the supervisor writes, the role reads back
-equal (`supervisor/argv.py`, `supervisor/role_args.py`)."""
+equal (`node/argv.py`, `node/role_args.py`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skulk.supervisor import config
-from skulk.supervisor.argv import Argv, from_known_argv, prefixed
-from skulk.supervisor.role_args import (ChildArgs, RunnerArgs, RunnerPlacement, RunnerSettings, StoreRoleArgs,
+from skulk.node import config
+from skulk.node.argv import Argv, from_known_argv, prefixed
+from skulk.node.role_args import (ChildArgs, RunnerArgs, RunnerPlacement, RunnerSettings, StoreRoleArgs,
                                         WorkerArgs)
 from skulk.supervisor.tree import ROLES, build_tree, role_settings, runner_settings
 

@@ -11,7 +11,7 @@ from skulk.services.runner.batcher import Batcher
 from skulk.services.runner.fake_engine import FakeEngine
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.inference import FailReason, Failed, Generate, Started
-from skulk.wire.state import ChatMessage, TaskParams
+from skulk.cluster.state import ChatMessage, TaskParams
 
 
 def gen(rid: str, **params) -> Generate:

@@ -10,7 +10,7 @@ from skulk.services.runner.batcher import Batcher, OutOfStep, follow
 from skulk.services.runner.fake_engine import FakeEngine
 from skulk.services.runner.scheduler import Admission, Limits
 from skulk.wire.inference import Done, FailReason, Failed, Generate, Progress, RankStep, Started, TokenChunk
-from skulk.wire.state import ChatMessage, TaskParams
+from skulk.cluster.state import ChatMessage, TaskParams
 
 
 def gen(rid: str, text: str = "hello", max_tokens: int = 5, stop: tuple[str, ...] = (),

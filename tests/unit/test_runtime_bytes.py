@@ -8,7 +8,7 @@ import json
 import struct
 from pathlib import Path
 
-from skulk.wire.model_cards import FP32_BYTES, card_from_dir, parameter_count, safetensors_header
+from skulk.node.model_cards import FP32_BYTES, card_from_dir, parameter_count, safetensors_header
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:

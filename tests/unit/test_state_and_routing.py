@@ -16,9 +16,9 @@ from skulk.wire.commands import (RejectReason, INSTANCE_LOST, RUNNER_LOST, SESSI
                                  Routed, StateSnapshot, SnapshotRequest, TaskCancelled,
                                  TaskFinished, TextGeneration)
 from skulk.wire.models import ModelCard
-from skulk.wire.placement import GIB, PlacementError, place
-from skulk.wire.reducer import OutOfOrder, apply
-from skulk.wire.state import (ChatMessage, IndexedEvent, InstanceDeleted,
+from skulk.cluster.placement import GIB, PlacementError, place
+from skulk.cluster.reducer import OutOfOrder, apply
+from skulk.cluster.state import (ChatMessage, IndexedEvent, InstanceDeleted,
                               NodeGatheredInfo, NodeInfo, NodeRestarting, NodeTimedOut, RunnerStatus, RunnerStatusUpdated,
                               State, TaskParams)
 

@@ -16,7 +16,7 @@ from skulk.services.store.files import list_files, model_dirs, resolve_file
 from skulk.services.store.protocol import (BadRequest, NotFound, RangeNotSatisfiable, RouteKind,
                                            parse_range, parse_route, safe_rel_path)
 from skulk.services.store.registry import Registry, stale
-from skulk.supervisor.role_args import StoreRoleArgs
+from skulk.node.role_args import StoreRoleArgs
 from tests.fake_models import make_model
 
 # ---- Range -----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.spec import SupervisorSpec
 from tests.unit.test_supervisor_tree import World, child, make

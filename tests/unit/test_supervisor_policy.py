@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.strategy import affected, should_restart
 from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, forgive, verdict

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skulk.supervisor import exitcodes
+from skulk.node import exitcodes
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 

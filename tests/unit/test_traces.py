@@ -19,8 +19,8 @@ from skulk.services.api.trace_views import (chrome, clean_span, clean_summary, m
                                             stats)
 from skulk.services.janitor.policy import DAY_S, expired_tasks
 from skulk.services.janitor.service import sweep
-from skulk.supervisor import config
-from skulk.wire.trace_files import TracePart, traces_root, write_part
+from skulk.node import config
+from skulk.node.trace_files import TracePart, traces_root, write_part
 
 T0 = 1_700_000_000_000_000  # µs since the epoch
 MODEL = "org/model"

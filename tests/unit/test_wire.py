@@ -63,9 +63,13 @@ def test_every_message_class_is_registered():
     import importlib
     import pkgutil
 
+    import skulk.cluster as cluster_pkg
+
     found = set()
-    for mod in pkgutil.iter_modules(wire_pkg.__path__):
-        module = importlib.import_module(f"skulk.wire.{mod.name}")
+    modules = [(name, mod.name) for pkg, name in ((wire_pkg, "wire"), (cluster_pkg, "cluster"))
+               for mod in pkgutil.iter_modules(pkg.__path__)]  # the state's events are messages too
+    for package, name in modules:
+        module = importlib.import_module(f"skulk.{package}.{name}")
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, Message) and obj.TYPE:  # bases have no wire name
                 found.add(obj)
@@ -143,7 +147,7 @@ def test_an_indexed_event_may_carry_every_event_type():
     (seen: a new event indexed by the leader and dropped as a bad frame everywhere else)."""
     import typing
 
-    from skulk.wire.state import EVENT_TYPES, Event
+    from skulk.cluster.state import EVENT_TYPES, Event
 
     assert set(typing.get_args(Event)) == set(EVENT_TYPES)
 
@@ -154,7 +158,7 @@ def test_string_enums_travel_as_their_strings():
     import json
 
     from skulk.wire.events import ChildLifecycle, LifecycleEvent
-    from skulk.wire.state import RunnerKind, RunnerStatus, TaskStatus, TaskStatusUpdated
+    from skulk.cluster.state import RunnerKind, RunnerStatus, TaskStatus, TaskStatusUpdated
 
     typed = RunnerStatus(kind=RunnerKind.READY)
     assert codec.encode(typed) == codec.encode(RunnerStatus(kind="RunnerReady"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from skulk.services.worker.decide import Waiting, eviction_due, plan_staging, waiting
-from skulk.wire.staged import in_use_here
-from skulk.wire.state import RunnerStatus, RunnerStatusUpdated
+from skulk.node.staged import in_use_here
+from skulk.cluster.state import RunnerStatus, RunnerStatusUpdated
 from tests.unit.test_state_and_routing import placed, run
 
 MODEL = "skulk/demo-tiny"

@@ -24,7 +24,7 @@ from skulk.services.api.resources.adapter import open_stream, parsed, respond
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of, ranged
 from skulk.services.api.sse import sse_event
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.wire.state import ChatMessage, TaskParams
+from skulk.cluster.state import ChatMessage, TaskParams
 
 
 def _text(raw: Any, where: str) -> str:

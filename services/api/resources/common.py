@@ -9,10 +9,10 @@ import falcon
 
 from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.limits import too_large
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 from skulk.wire.commands import CommandRejected, Reply
 from skulk.wire.message import Message
-from skulk.wire.state import State
+from skulk.cluster.state import State
 from skulk.wire.schema import INT_MAX as WIRE_INT_MAX, INT_MIN as WIRE_INT_MIN
 
 def http_error(status: int, message: str) -> falcon.HTTPError:

@@ -22,7 +22,7 @@ from skulk.services.api.resources.common import http_error, json_body
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
 from skulk.services.api.sse import sse_comment, sse_data
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.wire.state import TaskParams
+from skulk.cluster.state import TaskParams
 
 
 def parse_completion(body: Any) -> TaskParams:

@@ -23,8 +23,8 @@ from skulk.services.api.resources.common import http_error, json_body, state_or_
 from skulk.services.api.resources.diagnostics_node import NodeFacts, node_diagnostics
 from skulk.services.api.runner_view import RING, RunnerView
 from skulk.services.api.schema import STRING, TEXT, Schema, enum, obj
-from skulk.wire.replica import StateReplica
-from skulk.wire.state import State, TaskStatus
+from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import State, TaskStatus
 
 
 def entries_param(req: falcon.Request) -> int:

@@ -22,7 +22,7 @@ from skulk.services.api.resources.diagnostics import (NodeCancelResource, NodeDi
                                                       parse_cancel)
 from skulk.services.api.resources.diagnostics_cluster import NodeAnswer, cluster_json, node_answers, timeline_json
 from skulk.services.api.runner_view import RING
-from skulk.wire.state import State
+from skulk.cluster.state import State
 
 NODE_PATH = "/v1/diagnostics/node"
 

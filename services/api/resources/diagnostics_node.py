@@ -17,7 +17,7 @@ from skulk.services.api.resources.diagnostics_runners import (RUNNER, Alive, iso
 from skulk.services.api.runner_view import RunnerSeen
 from skulk.services.api.schema import (BOOLEAN, INTEGER, STRING, Schema, array, enum, nullable, obj)
 from skulk.services.api.state_json import accelerator_json
-from skulk.wire.state import OPEN_STATUSES, Instance, RunnerKind, State
+from skulk.cluster.state import OPEN_STATUSES, Instance, RunnerKind, State
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from skulk.services.api.runner_view import RunnerSeen
 from skulk.services.api.schema import (BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, map_of,
                                        nullable, obj, one_of)
 from skulk.wire.flight import PHASES, FlightEntry, MlxMemory, Phase
-from skulk.wire.state import Instance, RunnerKind, ShardMeta, State
+from skulk.cluster.state import Instance, RunnerKind, ShardMeta, State
 
 Alive = Callable[[int], bool]
 

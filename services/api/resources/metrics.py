@@ -1,7 +1,7 @@
 """`GET /metrics`: this node's Prometheus metrics in the text format (version 0.0.4).
 
 Each scrape merges what every process of the node wrote to the shared multiprocess directory
-(the API's workers, the worker's runner figures, the eventlog: `wire/metrics.py`), drops the
+(the API's workers, the worker's runner figures, the eventlog: `node/metrics.py`), drops the
 series of runners no longer in the state, and adds what is read now: the supervisor's restarts
 and process states, and the staged copies on disk. Outside a node (no multiprocess directory)
 it serves this process's own registry.
@@ -22,9 +22,9 @@ from prometheus_client.core import Metric
 
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.schema import STRING, Schema
-from skulk.wire import metrics
-from skulk.wire.replica import StateReplica
-from skulk.wire.staged import staged_copies
+from skulk.node import metrics
+from skulk.cluster.replica import StateReplica
+from skulk.node.staged import staged_copies
 
 log = logging.getLogger("skulk.api.metrics")
 

@@ -15,10 +15,10 @@ import falcon
 
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.state_json import model_entry
-from skulk.wire.catalog import cards_of
-from skulk.wire.model_cards import scan
+from skulk.cluster.catalog import cards_of
+from skulk.node.model_cards import scan
 from skulk.wire.models import ModelCard
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 
 CATALOG_WAIT_S = 5.0
 """How long a lookup waits for this node's first catalog report (its store role sends one at

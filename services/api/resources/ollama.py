@@ -21,7 +21,7 @@ from skulk.services.api.chat_request import (FLAG, SAMPLING, STOPS, ApiError, fl
                                              require_content, require_object, sampling, stops_of)
 from skulk.services.api.gateway import KeepAlive
 from skulk.services.api.generation import Generation, Stream
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 from skulk.services.api.response_format import grammar_of, ollama_format
 from skulk.services.api.resources.adapter import open_stream, parsed, respond
 from skulk.services.api.resources.models import Catalog
@@ -32,7 +32,7 @@ from skulk.services.api.declare import NDJSON
 from skulk.services.api.sse import ndjson
 from skulk.wire.inference import Done, Failed, TokenChunk
 from skulk.wire.models import ModelCard
-from skulk.wire.state import ChatMessage, TaskParams
+from skulk.cluster.state import ChatMessage, TaskParams
 
 ROLES = ("system", "user", "assistant", "tool")
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import falcon
 
 from skulk.services.api.gateway import Gateway, MasterUnavailable
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 from skulk.services.api.resources.models import Catalog
 from skulk.services.api.resources.common import http_error, json_body
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, obj

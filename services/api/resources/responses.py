@@ -27,7 +27,7 @@ from skulk.services.api.schema import (INTEGER, NUMBER, STRING, TEXT, Schema, ar
 from skulk.services.api.response_format import grammar_of, responses_format
 from skulk.services.api.sse import sse_comment, sse_event
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.wire.state import ChatMessage, TaskParams
+from skulk.cluster.state import ChatMessage, TaskParams
 
 ROLES = ("system", "developer", "user", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")

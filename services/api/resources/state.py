@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import falcon
 
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 from skulk.services.api.resources.common import state_or_503
 from skulk.services.api.state_json import state_json
 

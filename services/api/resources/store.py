@@ -17,12 +17,12 @@ from typing import Any
 import falcon
 
 from skulk.services.api.gateway import Gateway
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 from skulk.services.api.resources.common import command, http_error, json_body
 from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
-from skulk.wire.eventlog_files import MODE_FILE
+from skulk.node.eventlog_files import MODE_FILE
 from skulk.wire.models import dir_name
-from skulk.wire.staged import in_use_here, staged_copies
+from skulk.node.staged import in_use_here, staged_copies
 from skulk.wire.staging import PurgeStaging
 
 

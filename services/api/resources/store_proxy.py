@@ -13,12 +13,12 @@ from typing import Any
 
 import falcon
 
-from skulk.wire.replica import StateReplica
+from skulk.cluster.replica import StateReplica
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.schema import ANY_OBJECT, INTEGER, STRING, Schema, obj
-from skulk.supervisor.model_store import ModelStoreConfig
+from skulk.node.model_store import ModelStoreConfig
 from skulk.wire.models import ModelDirError, dir_name
-from skulk.wire.staged import store_url
+from skulk.node.staged import store_url
 from skulk.wire import curve
 
 TIMEOUT_S = 5.0

@@ -1,5 +1,5 @@
 """`/v1/traces*`: this node's saved traces (upstream's shapes). A traced task leaves its parts
-on every node that took part (`wire/trace_files.py`); these routes read this node's only, the
+on every node that took part (`node/trace_files.py`); these routes read this node's only, the
 `/v1/traces/cluster*` routes (`traces_cluster.py`) merge every node's."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, NUMBER, STR
                                        obj)
 from skulk.services.api.trace_reader import delete_traces, list_traces, load_trace
 from skulk.services.api.trace_views import chrome, stats
-from skulk.wire.trace_files import traces_root, valid_task_id
+from skulk.node.trace_files import traces_root, valid_task_id
 
 
 def checked_id(task_id: str) -> str:

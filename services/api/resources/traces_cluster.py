@@ -20,8 +20,8 @@ from skulk.services.api.resources.traces import checked_id, not_found, send_raw
 from skulk.services.api.trace_reader import list_traces, load_trace
 from skulk.services.api.trace_views import (chrome, clean_span, clean_summary, merge_nodes, merge_spans,
                                             merge_summaries, stats)
-from skulk.wire.replica import StateReplica
-from skulk.wire.trace_files import traces_root
+from skulk.cluster.replica import StateReplica
+from skulk.node.trace_files import traces_root
 
 STATE_WAIT_S = 1.0
 """How long a cluster view waits for a first state (a node just started); without one it shows

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from skulk.supervisor import logctx
+from skulk.node import logctx
 
 FILE_MB = 10
 FILE_BACKUPS = 5

@@ -15,8 +15,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from skulk.supervisor.argv import Argv
-from skulk.supervisor.config_values import ConfigError, absolute_path, mapping, typed
+from skulk.node.argv import Argv
+from skulk.node.config_values import ConfigError, absolute_path, mapping, typed
 
 DEFAULT_STORE_PORT = 58080
 DEFAULT_KEEP_GB = 40.0

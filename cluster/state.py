@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 from skulk.wire.config_sync import ClusterConfig, ConfigChanged
 from skulk.wire.accelerator import Accelerator
 from skulk.wire.message import Message
-from skulk.wire.catalog import NodeCatalogUpdated
+from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated, StagingPurged
 from skulk.wire.tracing import TracingSet
@@ -95,7 +95,7 @@ class RunnerStatus(Message):
     error_message: str = ""
     endpoint: str = ""
     node_id: str = ""
-    exit_code: int | None = None  # RunnerFailed: the process's exit code where it ended (supervisor/exitcodes.py)
+    exit_code: int | None = None  # RunnerFailed: the process's exit code where it ended (node/exitcodes.py)
     orderly: bool = False  # RunnerFailed: its own node stopped it on purpose (plan, shutdown, restart)
     engine_path: str = ""  # from ready on: the device and dtype path it serves with
     speculation: str = ""  # from ready on: its speculative decoding ("prompt_lookup x4"), or why none

@@ -1,4 +1,4 @@
-"""Every role's command line, declared once: a frozen dataclass per role (`supervisor/argv.py`).
+"""Every role's command line, declared once: a frozen dataclass per role (`node/argv.py`).
 
 The supervisor builds each child's arguments from these (`tree.py` from the node's
 configuration, `child.py` the part every child shares; a runner's placement comes from the
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from skulk.supervisor.argv import Argv, from_known_argv, prefixed
-from skulk.supervisor.logsetup import LogSettings
-from skulk.supervisor.model_store import StoreSlice, same_name
+from skulk.node.argv import Argv, from_known_argv, prefixed
+from skulk.node.logsetup import LogSettings
+from skulk.node.model_store import StoreSlice, same_name
 
 MIB, GIB = 1024 ** 2, 1024 ** 3
 

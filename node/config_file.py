@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from skulk.supervisor.config import ConfigError, validate, yaml_fields
+from skulk.node.config import ConfigError, validate, yaml_fields
 from skulk.wire.config_sync import MAX_CONFIG_BYTES
 
 SECRET_NAMES = frozenset({"hf_token", "token", "keys", "api_key", "api_keys", "password", "secret"})

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from skulk.wire.state import State
+    from skulk.cluster.state import State
 
 MARK = ".skulk-staged.json"
 """Written last into a complete copy: what was copied (and its checksums)."""

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import mark_process_dead
 
 from skulk.wire.control import ChildStatus
-from skulk.wire.state import State
+from skulk.cluster.state import State
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from skulk.wire.catalog import NodeCatalogUpdated, catalog_key
+from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
 from skulk.wire.config_sync import ConfigChanged
 from skulk.wire.tracing import TracingSet
 from skulk.wire.staging import NodeDownloadUpdated, StagingPurged
-from skulk.wire.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
+from skulk.cluster.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
                               NodeRestarting, NodeTimedOut, RecreationAbandoned,
                               RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
                               TaskFailed, TaskStatus, TaskStatusUpdated)

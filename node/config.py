@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 import yaml
 
-from skulk.supervisor import api_keys, model_store
-from skulk.supervisor.api_keys import ApiKey
-from skulk.supervisor.config_values import ConfigError, typed
-from skulk.supervisor.model_store import ModelStoreConfig
+from skulk.node import api_keys, model_store
+from skulk.node.api_keys import ApiKey
+from skulk.node.config_values import ConfigError, typed
+from skulk.node.model_store import ModelStoreConfig
 from skulk.wire import curve
 
 __all__ = ["Budget", "ConfigError", "ModelStoreConfig", "NodeConfig", "default_home", "from_mapping", "load",
@@ -136,7 +136,7 @@ _PARSED: dict[str, Callable[[Any, str], Any]] = {"api.keys": api_keys.parse}
 """Settings of `_YAML` whose value is more than a scalar or a list of strings: parsed whole."""
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
 _SECTIONS = {"model_store": "model_store"}
-"""Sections parsed as a whole into one value (`supervisor/model_store.py`)."""
+"""Sections parsed as a whole into one value (`node/model_store.py`)."""
 _TOP: dict[str, tuple[str, type]] = {"hf_token": ("hf_token", str)}
 """Top-level scalar keys (upstream's `hf_token`: a secret, never shown or synced; see config_file)."""
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from skulk.supervisor.config_values import ConfigError
+from skulk.node.config_values import ConfigError
 
 
 class Scope(StrEnum):

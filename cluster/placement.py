@@ -15,11 +15,11 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from skulk.wire.catalog import cards_of
+from skulk.cluster.catalog import cards_of
 from skulk.wire.commands import PlaceInstance, RejectReason
-from skulk.wire.model_cards import LLAMA_LAYOUT
+from skulk.node.model_cards import LLAMA_LAYOUT
 from skulk.wire.models import ModelCard
-from skulk.wire.state import Instance, NodeInfo, ShardMeta, State
+from skulk.cluster.state import Instance, NodeInfo, ShardMeta, State
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
