@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from skulk.cluster.catalog import cards_of
-from skulk.wire.commands import PlaceInstance, RejectReason
-from skulk.node.model_cards import LLAMA_LAYOUT
-from skulk.wire.models import ModelCard
 from skulk.cluster.state import Instance, NodeInfo, ShardMeta, State
+from skulk.node.model_cards import LLAMA_LAYOUT
+from skulk.wire.commands import PlaceInstance, RejectReason
+from skulk.wire.models import ModelCard
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -5,14 +5,27 @@ from __future__ import annotations
 from dataclasses import replace
 
 from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
+from skulk.cluster.state import (
+    DeletionNote,
+    IndexedEvent,
+    InstanceCreated,
+    InstanceDeleted,
+    NodeGatheredInfo,
+    NodeRestarting,
+    NodeTimedOut,
+    RecreationAbandoned,
+    RunnerStatusUpdated,
+    State,
+    Task,
+    TaskCreated,
+    TaskDeleted,
+    TaskFailed,
+    TaskStatus,
+    TaskStatusUpdated,
+)
 from skulk.wire.config_sync import ConfigChanged
-from skulk.wire.tracing import TracingSet
 from skulk.wire.staging import NodeDownloadUpdated, StagingPurged
-from skulk.cluster.state import (DeletionNote, IndexedEvent, InstanceCreated, InstanceDeleted, NodeGatheredInfo,
-                              NodeRestarting, NodeTimedOut, RecreationAbandoned,
-                              RunnerStatusUpdated, State, Task, TaskCreated, TaskDeleted,
-                              TaskFailed, TaskStatus, TaskStatusUpdated)
-
+from skulk.wire.tracing import TracingSet
 
 DELETIONS_KEPT = 20
 

@@ -19,14 +19,14 @@ from typing import Any
 
 import zmq
 
+from skulk.cluster.reducer import OutOfOrder, apply
+from skulk.cluster.state import IndexedEvent, State, StateHead
 from skulk.wire import endpoints
 from skulk.wire.cluster import Membership
 from skulk.wire.commands import SnapshotRequest, StateSnapshot
 from skulk.wire.errors import WireError
-from skulk.cluster.reducer import OutOfOrder, apply
 from skulk.wire.refusals import Refusals
 from skulk.wire.sockets import make_socket, recv, recv_published, send
-from skulk.cluster.state import IndexedEvent, State, StateHead
 
 log = logging.getLogger("skulk.replica")
 REFUSALS = Refusals("replica: state frames", log)

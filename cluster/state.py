@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
 
-from skulk.wire.config_sync import ClusterConfig, ConfigChanged
-from skulk.wire.accelerator import Accelerator
-from skulk.wire.message import Message
 from skulk.cluster.catalog import NodeCatalogUpdated
+from skulk.wire.accelerator import Accelerator
+from skulk.wire.config_sync import ClusterConfig, ConfigChanged
+from skulk.wire.message import Message
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadProgress, NodeDownloadUpdated, StagingPurged
 from skulk.wire.tracing import TracingSet

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 

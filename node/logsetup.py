@@ -39,7 +39,7 @@ class JsonFormatter(logging.Formatter):
         self.node, self.role = node, role
 
     def format(self, record: logging.LogRecord) -> str:
-        when = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+        when = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
         line: dict[str, object] = {
             "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname, "node": self.node, "role": self.role, "pid": record.process,

@@ -29,8 +29,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import mark_process_dead
 
-from skulk.wire.control import ChildStatus
 from skulk.cluster.state import State
+from skulk.wire.control import ChildStatus
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

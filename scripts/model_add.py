@@ -36,8 +36,8 @@ def is_model_id(text: str) -> bool:
 
 
 def run(ns: argparse.Namespace, home: Path) -> int:
-    from skulk.services.store.fetch import FetchError, add_gguf, add_local_dir, download_into_store, gguf_file
     from skulk.node.config import ConfigError
+    from skulk.services.store.fetch import FetchError, add_gguf, add_local_dir, download_into_store, gguf_file
 
     try:
         dest = destination(home, ns.store_path, ns.config)

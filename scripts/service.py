@@ -145,8 +145,8 @@ def uninstall(ns: argparse.Namespace) -> int:
 
 def status(ns: argparse.Namespace) -> int:
     """The service manager's word, then the node's own (`/health` on its API port)."""
-    from skulk.scripts.http_client import request
     from skulk.node import config
+    from skulk.scripts.http_client import request
 
     system = platform.system()
     path = target(system, ns.user, ns.root)

@@ -20,19 +20,18 @@ from typing import Any
 
 import zmq
 
+from skulk.node.config import NodeConfig
 from skulk.supervisor import control, node_identity
 from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
 from skulk.supervisor.child import ChildProcess
-from skulk.node.config import NodeConfig
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
-from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.events import ChildLifecycle, LifecycleEvent
-from skulk.wire.sockets import (RoutedDecodeError, drain, make_socket, publish, recv_routed,
-                                send_routed)
+from skulk.wire.refusals import Refusals, peer_of
+from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, publish, recv_routed, send_routed
 from skulk.wire.topics import EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.supervisor")

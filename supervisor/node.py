@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 from setproctitle import setproctitle
 
-from skulk.supervisor import node_identity
 from skulk.node import exitcodes, logsetup
-from skulk.supervisor.child import metrics_dir
 from skulk.node.config import NodeConfig
+from skulk.supervisor import node_identity
+from skulk.supervisor.child import metrics_dir
 from skulk.supervisor.loop import NodeLoop
 from skulk.supervisor.tree import build_tree, log_settings
 from skulk.wire import curve, endpoints

@@ -29,9 +29,9 @@ from typing import Any
 import psutil
 import zmq
 
-from tools.bench_nodes import BenchNode
 from skulk.wire import endpoints
 from skulk.wire.sockets import make_socket
+from tools.bench_nodes import BenchNode
 
 LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3}) \| \w+\s*\| [\w-]+:\d+\] (.*)$")
 

@@ -37,8 +37,16 @@ from pathlib import Path
 
 import psutil
 
-from tools.chaos_checks import (FaultRecord, NodeView, Verdict, agreement_problems, judge,
-                                        membership_problems, missing_placements, pending_recreations)
+from tools.chaos_checks import (
+    FaultRecord,
+    NodeView,
+    Verdict,
+    agreement_problems,
+    judge,
+    membership_problems,
+    missing_placements,
+    pending_recreations,
+)
 from tools.chaos_clients import Clients, Targets
 from tools.chaos_faults import NODE_LOSS, Kind, inject, plan_fault
 from tools.chaos_nodes import BusTicks, ChaosNode, group_procs, http_json, listening_ports

@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import socket
 import threading
 import time
 
@@ -120,7 +119,7 @@ class Clients:
             self._stream(rec, resp, conn, deadline)
         except Hung:
             rec.hung = True
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             rec.hung = True
         except (OSError, http.client.HTTPException) as exc:
             rec.transport, rec.error_type, rec.error = True, type(exc).__name__, str(exc)

@@ -22,9 +22,10 @@ from typing import Any
 
 import zmq
 
-from tools.fuzz_frames import FrameMaker
 from skulk.wire import cluster as cl
-from skulk.wire import codec, commands as cmd, endpoints, inference as inf
+from skulk.wire import codec, endpoints
+from skulk.wire import commands as cmd
+from skulk.wire import inference as inf
 from skulk.wire.api_events import API_TOPICS, ChunkGenerated, RequestEnded, RequestRouted
 from skulk.wire.config_sync import SetConfig
 from skulk.wire.control import AdminCommand, ChildReady, Heartbeat
@@ -32,6 +33,7 @@ from skulk.wire.message import Message
 from skulk.wire.staging import PurgeStaging
 from skulk.wire.topics import ALL_TOPICS
 from skulk.wire.tracing import SetTracing
+from tools.fuzz_frames import FrameMaker
 
 RECONNECT_EVERY = 200
 """Shots per connection: a fresh socket (a new peer identity) after that many."""

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from skulk.wire.tracing import SetTracing
+from skulk.cluster.state import Event, IndexedEvent, NodeInfo, State
 from skulk.wire.commands import MasterCommand, Reply
 from skulk.wire.config_sync import SetConfig
 from skulk.wire.message import Message
 from skulk.wire.staging import PurgeStaging
-from skulk.cluster.state import Event, IndexedEvent, NodeInfo, State
+from skulk.wire.tracing import SetTracing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

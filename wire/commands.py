@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from skulk.wire.message import Command, CommandReply, Message
-from skulk.wire.models import ModelCard
 from skulk.cluster.state import State, TaskParams
-
+from skulk.wire.message import Command, CommandReply
+from skulk.wire.models import ModelCard
 
 SESSION_CHANGED = ("The cluster session changed (master failover) while this request was in "
                    "flight; please retry")

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from skulk.wire.message import Message
 from skulk.cluster.state import RunnerStatus
+from skulk.wire.message import Message
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from skulk.wire.message import Message
 from skulk.cluster.state import TaskParams, ToolCall
+from skulk.wire.message import Message
 
 
 class FailReason(StrEnum):

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from skulk.wire.message import Message
 
+
 class ModelTask(StrEnum):
     """What a model serves (upstream's card `tasks`): routes and runners decide on this."""
 

@@ -5,17 +5,17 @@
 
 from __future__ import annotations
 
-from skulk.wire.control import AdminCommand, AdminReply, ChildReady, ChildStatus, Heartbeat
+from skulk.cluster import catalog as ct
+from skulk.cluster import state as st
+from skulk.wire import api_events as ae
 from skulk.wire import cluster as cl
 from skulk.wire import commands as cmd
 from skulk.wire import config_sync as cs
 from skulk.wire import inference as inf
-from skulk.cluster import catalog as ct
-from skulk.wire import api_events as ae
 from skulk.wire import staging as sg
 from skulk.wire import tracing as tr
-from skulk.cluster import state as st
 from skulk.wire.accelerator import Accelerator
+from skulk.wire.control import AdminCommand, AdminReply, ChildReady, ChildStatus, Heartbeat
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.flight import FlightEntry, MlxMemory
 from skulk.wire.message import Message

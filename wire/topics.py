@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from skulk.cluster.catalog import CatalogReport
+from skulk.cluster.state import IndexedEvent, StateHead
 from skulk.wire.cluster import Membership
 from skulk.wire.events import ChildLifecycle, RunnerReport, ServiceStatus
 from skulk.wire.flight import FlightEntry
 from skulk.wire.message import Message
 from skulk.wire.staging import DownloadReport
-from skulk.cluster.state import IndexedEvent, StateHead
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,10 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 from setproctitle import setproctitle
 
+from skulk.node import api_keys, exitcodes, metrics
+from skulk.node.api_keys import ApiKey
+from skulk.node.model_store import ModelStoreConfig
+from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services import faults
 from skulk.services.api import limits
 from skulk.services.api.app import create_app
@@ -31,13 +35,8 @@ from skulk.services.api.auth import Policy, startup_warnings
 from skulk.services.api.declare import Limits
 from skulk.services.api.gateway import StreamTiming
 from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent
-from skulk.node import api_keys, exitcodes
-from skulk.node.api_keys import ApiKey
 from skulk.supervisor.child import DEFERRED_SIGNALS
-from skulk.node.model_store import ModelStoreConfig
-from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.wire import endpoints
-from skulk.node import metrics
 from skulk.wire.control import ChildReady
 from skulk.wire.sockets import make_socket, send
 

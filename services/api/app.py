@@ -12,20 +12,20 @@ from pathlib import Path
 
 import falcon
 
+from skulk.cluster.replica import StateReplica
+from skulk.node.api_keys import ApiKey
+from skulk.node.model_store import ModelStoreConfig
 from skulk.services.api.auth import AuthMiddleware, Policy
 from skulk.services.api.declare import Deps, Limits, Route, check
 from skulk.services.api.drain import DrainMiddleware
-from skulk.services.api.limits import LimitsMiddleware
 from skulk.services.api.errors import handle_unexpected, serialize_error
-from skulk.services.api.gateway import Gateway, StreamTiming
 from skulk.services.api.event_record import EventRecorder
+from skulk.services.api.gateway import Gateway, StreamTiming
 from skulk.services.api.generation import Generation
+from skulk.services.api.limits import LimitsMiddleware
 from skulk.services.api.resources.diagnostics_runners import placed_here
-from skulk.services.api.runner_view import RunnerView
-from skulk.cluster.replica import StateReplica
 from skulk.services.api.routes import ROUTES
-from skulk.node.api_keys import ApiKey
-from skulk.node.model_store import ModelStoreConfig
+from skulk.services.api.runner_view import RunnerView
 from skulk.wire.version import skulk_version
 
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import falcon
 
-from skulk.services.api.peers import FORWARDED
 from skulk.node.api_keys import ApiKey, Scope, find
+from skulk.services.api.peers import FORWARDED
 
 log = logging.getLogger("skulk.api.auth")
 

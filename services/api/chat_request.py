@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from skulk.cluster.state import ChatMessage, TaskParams
 from skulk.services.api.errors import ApiError
 from skulk.services.api.response_format import grammar_of
+from skulk.services.api.schema import BOOLEAN, STRING, TEXT, Schema, array, enum, nullable, obj, one_of, ranged
 from skulk.services.api.tools_request import EFFORTS, calls_of, thinking_of, tool_result_of, tools_of
-from skulk.services.api.schema import (BOOLEAN, STRING, TEXT, Schema, array, enum, nullable,
-                                       obj, one_of, ranged)
-from skulk.cluster.state import ChatMessage, TaskParams
 
 DEFAULT_MAX_TOKENS = int(os.environ.get("SKULK_MAX_OUTPUT_TOKENS", "4096"))
 ROLES = ("assistant", "developer", "system", "tool", "user")  # a tuple: `[] in ROLES` is False, not a TypeError

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from falcon.routing import map_http_methods
 
+from skulk.cluster.replica import StateReplica
+from skulk.node.api_keys import ApiKey, Scope
+from skulk.node.model_store import ModelStoreConfig
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.generation import Generation
 from skulk.services.api.runner_view import RunnerView
-from skulk.cluster.replica import StateReplica
 from skulk.services.api.schema import Schema
-from skulk.node.api_keys import ApiKey, Scope
-from skulk.node.model_store import ModelStoreConfig
 
 JSON = "application/json"
 SSE = "text/event-stream"

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from skulk.services.api.errors import ApiError
+from skulk.services.api.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
 from skulk.wire.commands import NO_INSTANCE, NOT_EMBEDDING
 from skulk.wire.models import ModelCard
-from skulk.services.api.schema import (INTEGER, NUMBER, STRING, TEXT, Schema, array, enum, nullable, obj,
-                                       one_of)
 
 MAX_INPUTS = 2048
 """OpenAI's limit on inputs per request."""

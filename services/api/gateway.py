@@ -21,15 +21,26 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import SERVING_KINDS, RunnerKind, TaskParams
 from skulk.wire import endpoints
 from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, STREAM_STALLED, Reply
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.errors import WireError
-from skulk.wire.inference import (REFUSALS, Cancel, Done, Embed, Embeddings, Failed, FailReason, Generate,
-                                  Progress, ProgressPhase, TokenChunk)
+from skulk.wire.inference import (
+    REFUSALS,
+    Cancel,
+    Done,
+    Embed,
+    Embeddings,
+    Failed,
+    FailReason,
+    Generate,
+    Progress,
+    ProgressPhase,
+    TokenChunk,
+)
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket, recv, send
-from skulk.cluster.state import SERVING_KINDS, RunnerKind, TaskParams
 
 COMMAND_TIMEOUT_S = 5.0
 SLICE_S = 0.1

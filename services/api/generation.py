@@ -23,19 +23,27 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import TaskParams
+from skulk.node import logctx
+from skulk.node.metrics import INTERNAL_ERROR
+from skulk.node.trace_files import now_us
 from skulk.services.api import failover
 from skulk.services.api.chat_request import DEFAULT_MAX_TOKENS
+from skulk.services.api.event_record import EventRecorder
 from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
 from skulk.services.api.metering import ApiShape, StreamMeter
-from skulk.services.api.event_record import EventRecorder
 from skulk.services.api.request_trace import RequestTrace
-from skulk.node import logctx
-from skulk.cluster.replica import StateReplica
-from skulk.wire.commands import NO_INSTANCE, CommandRejected, RejectReason, Routed, TaskCancelled, TaskFinished, TextGeneration
+from skulk.wire.commands import (
+    NO_INSTANCE,
+    CommandRejected,
+    RejectReason,
+    Routed,
+    TaskCancelled,
+    TaskFinished,
+    TextGeneration,
+)
 from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
-from skulk.node.metrics import INTERNAL_ERROR
-from skulk.cluster.state import TaskParams
-from skulk.node.trace_files import now_us
 
 log = logging.getLogger("skulk.api.generation")
 

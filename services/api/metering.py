@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from skulk.node import metrics
-from skulk.wire.inference import REFUSALS, Done, Failed, FailReason, TokenChunk
 from skulk.node.metrics import CLIENT_GONE, Outcome
+from skulk.wire.inference import REFUSALS, Done, Failed, FailReason, TokenChunk
 
 
 class ApiShape(StrEnum):

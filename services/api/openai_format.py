@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from skulk.cluster.state import ToolCall
 from skulk.services.api.schema import INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
 from skulk.wire.inference import Done, TokenChunk
-from skulk.cluster.state import ToolCall
-
 
 DONE = b"data: [DONE]\n\n"
 

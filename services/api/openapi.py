@@ -21,10 +21,10 @@ from typing import Any
 
 import falcon
 
+from skulk.node.api_keys import Scope
 from skulk.services.api.declare import JSON, NDJSON, SSE, Op, Route
 from skulk.services.api.errors import ERROR_SCHEMAS, error_shape
 from skulk.services.api.schema import STRING, Schema
-from skulk.node.api_keys import Scope
 
 ERROR_NAMES = {"openai": "Error", "anthropic": "AnthropicError", "ollama": "OllamaError"}
 SECURITY_SCHEMES = {

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skulk.wire.commands import Routed
 from skulk.node.trace_files import TracePart, now_us, write_part
+from skulk.wire.commands import Routed
 
 
 class RequestTrace:

@@ -14,29 +14,54 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from skulk.node.api_keys import Scope
 from skulk.services.api import openai_format as fmt
 from skulk.services.api.chat_request import CHAT_REQUEST
 from skulk.services.api.declare import NDJSON, SSE, Deps, Op, Param, Route
-from skulk.services.api.generation import Generation
-from skulk.services.api.openapi import OPENAPI, OpenApiResource
 from skulk.services.api.embedding_request import EMBEDDING_LIST, EMBEDDING_REQUEST
-from skulk.services.api.resources import (admin, anthropic, cancel, completions, config, diagnostics, events, health,
-                                           instance, model_add, models, node_id, ollama, place, previews, responses,
-                                           state, store, store_proxy)
-from skulk.services.api.resources.embeddings import EmbeddingsResource
-from skulk.services.api.resources import traces, traces_cluster
-from skulk.services.api.resources.tracing import TRACING, TracingResource
+from skulk.services.api.generation import Generation
+from skulk.services.api.metering import ApiShape
+from skulk.services.api.openapi import OPENAPI, OpenApiResource
+from skulk.services.api.resources import (
+    admin,
+    anthropic,
+    cancel,
+    clusters,
+    completions,
+    config,
+    diagnostics,
+    events,
+    health,
+    instance,
+    model_add,
+    models,
+    node_id,
+    ollama,
+    place,
+    previews,
+    responses,
+    state,
+    store,
+    store_proxy,
+    traces,
+    traces_cluster,
+)
+from skulk.services.api.resources import diagnostics_fanout as fanout
 from skulk.services.api.resources.chat import ChatResource
-from skulk.services.api.resources import clusters, diagnostics_fanout as fanout
+from skulk.services.api.resources.dashboard import (
+    ASSET_SCHEMA,
+    PAGE_SCHEMA,
+    SPA_PATHS,
+    DashboardAssetResource,
+    DashboardPageResource,
+)
 from skulk.services.api.resources.diagnostics_cluster import CLUSTER, TIMELINE
 from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS, NodeFacts
+from skulk.services.api.resources.embeddings import EmbeddingsResource
 from skulk.services.api.resources.metrics import METRICS, MetricsResource
-from skulk.services.api.metering import ApiShape
-from skulk.services.api.resources.dashboard import (ASSET_SCHEMA, PAGE_SCHEMA, SPA_PATHS,
-                                                     DashboardAssetResource, DashboardPageResource)
+from skulk.services.api.resources.tracing import TRACING, TracingResource
 from skulk.services.api.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array
 from skulk.services.api.state_json import INSTANCE, MODEL_ENTRY, MODEL_LIST, STATE
-from skulk.node.api_keys import Scope
 
 INFERENCE, PUBLIC = Scope.INFERENCE, Scope.PUBLIC
 

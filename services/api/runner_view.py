@@ -32,6 +32,7 @@ from typing import Any
 
 import zmq
 
+from skulk.cluster.state import NodeInfo
 from skulk.wire import codec, endpoints
 from skulk.wire.cluster import Membership
 from skulk.wire.errors import MalformedFrame
@@ -39,7 +40,6 @@ from skulk.wire.events import ChildLifecycle, LifecycleEvent, RunnerReport
 from skulk.wire.flight import FlightEntry
 from skulk.wire.message import Message
 from skulk.wire.sockets import drain, make_socket
-from skulk.cluster.state import NodeInfo
 from skulk.wire.topics import EVT_CLUSTER, EVT_FLIGHT, EVT_RUNNER, EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.api.runner_view")

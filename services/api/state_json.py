@@ -7,12 +7,11 @@ import datetime as dt
 import time
 from typing import Any
 
-from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, array, enum, map_of, obj,
-                                       tagged)
+from skulk.cluster.state import Instance, NodeInfo, RunnerKind, RunnerStatus, State, Task
+from skulk.services.api.schema import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, array, enum, map_of, obj, tagged
 from skulk.wire.accelerator import Accelerator
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadKind, DownloadProgress
-from skulk.cluster.state import Instance, NodeInfo, RunnerKind, RunnerStatus, State, Task
 
 GIB = 1024 ** 3
 
@@ -68,9 +67,9 @@ def task_json(task: Task) -> dict[str, Any]:
 
 def iso(ts: float) -> str:
     try:
-        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat()
+        return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
     except (OverflowError, ValueError, OSError):  # a time no clock gives (a bad report on the bus): no 500
-        return (dt.datetime.max if ts > 0 else dt.datetime.min).replace(tzinfo=dt.timezone.utc).isoformat()
+        return (dt.datetime.max if ts > 0 else dt.datetime.min).replace(tzinfo=dt.UTC).isoformat()
 
 
 def node_health(info: NodeInfo, now_wall: float) -> dict[str, Any]:

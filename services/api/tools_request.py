@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skulk.services.api.errors import ApiError
 from skulk.cluster.state import ToolCall
+from skulk.services.api.errors import ApiError
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 

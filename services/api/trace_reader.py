@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skulk.services.api.trace_views import Part, clean_part, merge_nodes, merge_spans, summary
 from skulk.node.trace_files import valid_task_id
+from skulk.services.api.trace_views import Part, clean_part, merge_nodes, merge_spans, summary
 
 log = logging.getLogger("skulk.api.traces")
 

@@ -75,7 +75,7 @@ def clean_part(raw: Any, part: str) -> Part | None:
 
 
 def iso(epoch_s: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch_s, tz=datetime.timezone.utc).isoformat()
+    return datetime.datetime.fromtimestamp(epoch_s, tz=datetime.UTC).isoformat()
 
 
 def _when(text: str) -> float:

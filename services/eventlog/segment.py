@@ -18,9 +18,8 @@ import shutil
 import time
 from pathlib import Path
 
-
-from skulk.services.eventlog.retention import Retention, archives_to_prune, below_floor
 from skulk.node.eventlog_files import ACTIVE, MODE_FILE, MODE_FILE_BYTES, read_records, record_bytes
+from skulk.services.eventlog.retention import Retention, archives_to_prune, below_floor
 
 log = logging.getLogger("skulk.eventlog")
 

@@ -13,19 +13,19 @@ from typing import Any
 
 import zmq
 
+from skulk.cluster.state import IndexedEvent, StateHead
+from skulk.node import metrics
+from skulk.node.eventlog_files import iter_records, log_files
 from skulk.services.base import ServiceLoop
 from skulk.services.eventlog.catchup import CatchUp, Step
 from skulk.services.eventlog.retention import Retention, is_refresh, worth_recording
 from skulk.services.eventlog.segment import Segment
 from skulk.wire import endpoints
-from skulk.node import metrics
 from skulk.wire.api_events import API_TOPICS
 from skulk.wire.cluster import EventBatch, ReplayRequest
 from skulk.wire.codec import decode, encode
 from skulk.wire.errors import WireError
-from skulk.node.eventlog_files import iter_records, log_files
 from skulk.wire.sockets import drain, make_socket, send
-from skulk.cluster.state import IndexedEvent, StateHead
 from skulk.wire.topics import EVT_STATE
 
 log = logging.getLogger("skulk.eventlog")

@@ -21,21 +21,28 @@ import psutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from skulk.cluster.state import NodeInfo
+from skulk.node.eventlog_files import read_mode
+from skulk.node.model_store import same_name
+from skulk.node.role_args import GossipArgs
 from skulk.services.base import ServiceLoop
 from skulk.services.gossip.names import Clash, Named, judge
-from skulk.wire.accelerator import gather
-from skulk.services.gossip.peers import (PeerTable, announcement, first_gossip_of_node, parse_announcement,
-                                         pick_address, quiet_period, view_complete)
-from skulk.node.model_store import same_name
+from skulk.services.gossip.peers import (
+    PeerTable,
+    announcement,
+    first_gossip_of_node,
+    parse_announcement,
+    pick_address,
+    quiet_period,
+    view_complete,
+)
 from skulk.supervisor.node_identity import remember, remembered
-from skulk.node.role_args import GossipArgs
 from skulk.wire import curve
+from skulk.wire.accelerator import gather
 from skulk.wire.cluster import Member, Membership, PeerHello
 from skulk.wire.errors import UnexpectedMessage, UnknownMessage, WireError
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send
-from skulk.node.eventlog_files import read_mode
-from skulk.cluster.state import NodeInfo
 from skulk.wire.topics import EVT_CLUSTER
 from skulk.wire.version import peer_versions, skew_refusal, skulk_version
 

@@ -7,10 +7,10 @@ import shutil
 import time
 from pathlib import Path
 
-from skulk.services.base import ServiceLoop
-from skulk.services.janitor.policy import expired_tasks
 from skulk.node.role_args import JanitorArgs
 from skulk.node.trace_files import traces_root, valid_task_id
+from skulk.services.base import ServiceLoop
+from skulk.services.janitor.policy import expired_tasks
 
 log = logging.getLogger("skulk.janitor")
 

@@ -7,20 +7,48 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from skulk.cluster.placement import PlacementError, place
+from skulk.cluster.state import (
+    DELETED_BY_OPERATOR,
+    OPEN_STATUSES,
+    Cause,
+    Instance,
+    InstanceCreated,
+    InstanceDeleted,
+    NodeTimedOut,
+    State,
+    Task,
+    TaskCreated,
+    TaskDeleted,
+    TaskFailed,
+    TaskStatus,
+    TaskStatusUpdated,
+)
 from skulk.services.master.config_sync import set_config
 from skulk.services.master.routing import RouteError, route
+from skulk.wire.commands import (
+    INSTANCE_LOST,
+    NOT_EMBEDDING,
+    NOT_GENERATIVE,
+    RUNNER_LOST,
+    CommandAccepted,
+    CommandRejected,
+    DeleteInstance,
+    PlaceInstance,
+    RejectReason,
+    Reply,
+    Routed,
+    SnapshotRequest,
+    StateSnapshot,
+    TaskCancelled,
+    TaskFinished,
+    TextEmbedding,
+    TextGeneration,
+)
 from skulk.wire.config_sync import SetConfig
-from skulk.wire.staging import PurgeStaging, StagingPurged
-from skulk.wire.tracing import SetTracing, TracingSet
-from skulk.wire.commands import (INSTANCE_LOST, NOT_EMBEDDING, NOT_GENERATIVE, RUNNER_LOST, CommandAccepted,
-                                 CommandRejected, DeleteInstance, PlaceInstance, Reply, Routed,
-                                 SnapshotRequest, RejectReason, StateSnapshot, TaskCancelled,
-                                 TaskFinished, TextEmbedding, TextGeneration)
 from skulk.wire.inference import FailReason
 from skulk.wire.message import Command, Message
-from skulk.cluster.state import (DELETED_BY_OPERATOR, OPEN_STATUSES, TaskStatus, Cause, Instance, InstanceCreated, InstanceDeleted,
-                              NodeTimedOut, State, Task, TaskCreated, TaskDeleted, TaskFailed,
-                              TaskStatusUpdated)
+from skulk.wire.staging import PurgeStaging, StagingPurged
+from skulk.wire.tracing import SetTracing, TracingSet
 
 log = logging.getLogger("skulk.master")
 

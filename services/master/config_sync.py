@@ -9,12 +9,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from skulk.cluster.state import State
 from skulk.node import config_file
 from skulk.node.config import ConfigError
 from skulk.wire.commands import CommandAccepted, CommandRejected, RejectReason, Reply
 from skulk.wire.config_sync import MAX_CONFIG_BYTES, ClusterConfig, ConfigChanged, SetConfig
 from skulk.wire.message import Message
-from skulk.cluster.state import State
 
 log = logging.getLogger("skulk.master")
 

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
+from skulk.cluster.state import NodeRestarting, RunnerStatusUpdated, State
 from skulk.services.master import saved_state
 from skulk.services.master.effects import Answer, Channel, Effect, Instant, LinkPeers, ToPeer, Unexpected
 from skulk.services.master.election import BOOT_WAIT_S, Action, BecomeLeader, Broadcast, Election, Follow
@@ -23,14 +25,29 @@ from skulk.services.master.follower import Follower
 from skulk.services.master.leader import Leader
 from skulk.services.master.own_node import OwnNode
 from skulk.services.master.shared import Shared
-from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
-from skulk.wire.cluster import (Campaign, EventBatch, ForwardCommand, ForwardedReply, LeaderAnnounce, LocalEvent,
-                                Membership, ReplayRequest, RunnerLoad, SnapshotPush)
-from skulk.wire.commands import (CommandAccepted, CommandRejected, RejectReason, Reply, RestartNode, SnapshotRequest,
-                                 StateSnapshot)
+from skulk.wire.cluster import (
+    Campaign,
+    EventBatch,
+    ForwardCommand,
+    ForwardedReply,
+    LeaderAnnounce,
+    LocalEvent,
+    Membership,
+    ReplayRequest,
+    RunnerLoad,
+    SnapshotPush,
+)
+from skulk.wire.commands import (
+    CommandAccepted,
+    CommandRejected,
+    RejectReason,
+    Reply,
+    RestartNode,
+    SnapshotRequest,
+    StateSnapshot,
+)
 from skulk.wire.message import Command, Message
 from skulk.wire.staging import NodeDownloadUpdated
-from skulk.cluster.state import NodeRestarting, RunnerStatusUpdated, State
 
 log = logging.getLogger("skulk.master")
 

@@ -25,6 +25,7 @@ from enum import Enum
 
 from skulk.cluster.state import OPEN_STATUSES, State
 
+
 class DrainWait(Enum):
     """What a drain waits for (the value is for the log)."""
 

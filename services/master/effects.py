@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from skulk.cluster.state import IndexedEvent, State, StateHead
 from skulk.wire.cluster import Member
 from skulk.wire.commands import Routed
 from skulk.wire.message import Message
-from skulk.cluster.state import IndexedEvent, State, StateHead
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from skulk.cluster.state import RunnerKind, RunnerStatus, State
 from skulk.node import exitcodes
 from skulk.wire.events import ChildLifecycle, LifecycleEvent
-from skulk.cluster.state import RunnerKind, RunnerStatus, State
 
 NOT_RETRIED = frozenset({exitcodes.WEDGED})
 """A warmup overrun: the device is likely wedged, a new runner would only wedge again. A ring

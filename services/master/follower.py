@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 
+from skulk.cluster.reducer import apply
+from skulk.cluster.state import State
 from skulk.services.master.commands import describe, lost_changes
 from skulk.services.master.effects import SyncConfig
 from skulk.services.master.shared import Shared
 from skulk.wire.cluster import EventBatch, ForwardCommand, ReplayRequest
 from skulk.wire.commands import DeleteInstance, PlaceInstance
-from skulk.cluster.reducer import apply
-from skulk.cluster.state import State
 
 log = logging.getLogger("skulk.master")
 

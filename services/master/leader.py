@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import logging
 
+from skulk.cluster.catalog import NodeCatalogUpdated
+from skulk.cluster.reducer import apply
+from skulk.cluster.state import IndexedEvent, NodeRestarting, RunnerKind, RunnerStatusUpdated
 from skulk.services.master.commands import handle
 from skulk.services.master.effects import Answer, Channel, SyncConfig, TraceRoute
 from skulk.services.master.failures import RecoveryPolicy
@@ -15,10 +18,7 @@ from skulk.services.master.shared import Shared
 from skulk.wire.cluster import EventBatch, ReplayRequest, SnapshotPush
 from skulk.wire.commands import Reply, Routed
 from skulk.wire.message import Command, Message
-from skulk.cluster.reducer import apply
-from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.staging import NodeDownloadUpdated
-from skulk.cluster.state import IndexedEvent, NodeRestarting, RunnerKind, RunnerStatusUpdated
 
 log = logging.getLogger("skulk.master")
 

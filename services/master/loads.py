@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from skulk.wire.cluster import RunnerLoad
 from skulk.wire.events import RunnerReport
 
-
 RESEND_S = 5.0
 
 

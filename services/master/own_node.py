@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import logging
 
+from skulk.cluster.catalog import CatalogReport, NodeCatalogUpdated, catalog_key
+from skulk.cluster.state import RESTART_GRACE_S, NodeRestarting, RunnerStatus, RunnerStatusUpdated
 from skulk.services.master.drain import DrainWait, Pending, pending
 from skulk.services.master.effects import SupervisorVerb, TellSupervisor
 from skulk.services.master.failures import process_ended
 from skulk.services.master.leader import Leader, OwnFact
 from skulk.services.master.shared import Shared
-from skulk.cluster.catalog import CatalogReport, NodeCatalogUpdated, catalog_key
 from skulk.wire.cluster import LocalEvent
 from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, RejectReason, Reply
 from skulk.wire.events import ChildLifecycle, LifecycleEvent, RunnerReport
 from skulk.wire.message import Message
 from skulk.wire.staging import DownloadProgress, DownloadReport, NodeDownloadUpdated
-from skulk.cluster.state import RESTART_GRACE_S, NodeRestarting, RunnerStatus, RunnerStatusUpdated
 
 log = logging.getLogger("skulk.master")
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from skulk.cluster.placement import PlacementError, place
+from skulk.cluster.state import InstanceCreated, RecreationAbandoned, RunnerStatus, State
 from skulk.services.master.commands import delete_events, place_again
 from skulk.services.master.failures import GiveUp, RecoveryPolicy, lineage_failures, verdict
 from skulk.wire.message import Message
-from skulk.cluster.placement import PlacementError, place
-from skulk.cluster.state import InstanceCreated, RecreationAbandoned, RunnerStatus, State
 
 log = logging.getLogger("skulk.master")
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from skulk.cluster.state import NodeGatheredInfo, State
 from skulk.services.master.commands import node_lost_events
 from skulk.wire.cluster import Member
 from skulk.wire.message import Message
-from skulk.cluster.state import NodeGatheredInfo, State
 
 NODE_INFO_REFRESH_S = 10.0
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE, RejectReason
 from skulk.cluster.state import OPEN_STATUSES, SERVING_KINDS, Instance, State
+from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE, RejectReason
 
 
 @dataclass(frozen=True, slots=True)

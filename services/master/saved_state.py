@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from skulk.cluster.catalog import cards_of
+from skulk.cluster.state import State
 from skulk.services.master.replication import carried_over
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import PlaceInstance
-from skulk.cluster.catalog import cards_of
 from skulk.wire.errors import WireError
-from skulk.cluster.state import State
 
 log = logging.getLogger("skulk.master")
 

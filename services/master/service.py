@@ -12,24 +12,37 @@ from typing import Any
 
 import zmq
 
+from skulk.cluster.catalog import NodeCatalogUpdated
+from skulk.cluster.state import StateHead
+from skulk.node.model_cards import scan
+from skulk.node.role_args import MasterArgs
+from skulk.node.trace_files import TracePart, now_us, write_part
 from skulk.services.base import ServiceLoop
 from skulk.services.master import config_sync, saved_state
 from skulk.services.master.core import CoreSettings, MasterCore
-from skulk.services.master.effects import (Answer, Channel, Effect, Instant, LinkPeers, Publish, SupervisorVerb,
-                                           SyncConfig, TellSupervisor, ToPeer, ToPeers, TraceRoute, Unexpected)
+from skulk.services.master.effects import (
+    Answer,
+    Channel,
+    Effect,
+    Instant,
+    LinkPeers,
+    Publish,
+    SupervisorVerb,
+    SyncConfig,
+    TellSupervisor,
+    ToPeer,
+    ToPeers,
+    TraceRoute,
+    Unexpected,
+)
 from skulk.services.master.peer_links import MAX_PEER_FRAME, PeerLinks
 from skulk.services.master.restart import SupervisorLink
-from skulk.node.role_args import MasterArgs
 from skulk.wire import endpoints
-from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.commands import CommandRejected
 from skulk.wire.errors import UnexpectedMessage, WireError
-from skulk.node.model_cards import scan
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_published, recv_routed, send_routed
-from skulk.cluster.state import StateHead
 from skulk.wire.topics import EVT_STATE
-from skulk.node.trace_files import TracePart, now_us, write_part
 
 log = logging.getLogger("skulk.master")
 

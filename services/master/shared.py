@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from skulk.cluster.state import IndexedEvent, State, StateHead
 from skulk.services.master.desk import CommandDesk
 from skulk.services.master.effects import Effect, Instant, Publish, ToPeer, ToPeers
 from skulk.services.master.election import Election
@@ -15,7 +16,6 @@ from skulk.services.master.loads import RunnerLoads
 from skulk.services.master.replication import SessionLog
 from skulk.services.master.roster import Roster
 from skulk.wire.message import Message
-from skulk.cluster.state import IndexedEvent, State, StateHead
 
 
 @dataclass

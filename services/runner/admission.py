@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from skulk.wire.inference import Generate
 from skulk.cluster.state import TaskParams
+from skulk.wire.inference import Generate
 
 MAX_ID_CHARS = 256
 """Request and task ids are the API's uuids; a longer one is refused unlogged (a stranger's

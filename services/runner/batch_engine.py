@@ -21,15 +21,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from skulk.cluster.state import TaskParams
 from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, drafter, sampling, speculate, warmup
-from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, load_model
 from skulk.services.runner.scheduler import prefill_share
+from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.wire.inference import RankInsert
-from skulk.cluster.state import TaskParams
 
 log = logging.getLogger("skulk.runner")
 

@@ -14,17 +14,26 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from skulk.node import logctx
+from skulk.node.trace_files import now_us
 from skulk.services.base import PeerLost
 from skulk.services.runner import admission, scheduler
 from skulk.services.runner.engine import Engine, StepOutput
 from skulk.services.runner.scheduler import Admission, Limits
 from skulk.services.runner.sessions import Session
 from skulk.services.runner.tracing import RankTraces
-from skulk.node import logctx
-from skulk.wire.inference import (Done, FailReason, Failed, Generate, Progress, ProgressPhase, RankInsert, RankStep,
-                                  Started)
+from skulk.wire.inference import (
+    Done,
+    Failed,
+    FailReason,
+    Generate,
+    Progress,
+    ProgressPhase,
+    RankInsert,
+    RankStep,
+    Started,
+)
 from skulk.wire.message import Message
-from skulk.node.trace_files import now_us
 
 log = logging.getLogger("skulk.runner")
 

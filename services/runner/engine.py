@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from skulk.wire.inference import RankInsert
 from skulk.cluster.state import TaskParams
+from skulk.wire.inference import RankInsert
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from skulk.cluster.state import TaskParams
 from skulk.services.runner.engine import OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.wire.inference import RankInsert
-from skulk.cluster.state import TaskParams
 
 
 @dataclass

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skulk.node.model_cards import runtime_bytes
 from skulk.services.runner.quant_path import QuantMode, choose, fits
 from skulk.wire.accelerator import nvidia_smi
-from skulk.node.model_cards import runtime_bytes
 
 log = logging.getLogger("skulk.runner")
 TIMED_STEPS = 3

@@ -19,10 +19,9 @@ import zmq
 from skulk.services.base import PeerLost
 from skulk.wire import codec, curve
 from skulk.wire.errors import UnexpectedMessage, WireError
-from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.inference import RankHello, RankStep
+from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import make_socket, recv_routed, send
-
 
 MAX_STEP_BYTES = 1 << 30
 """A step carries every joiner's prompt ids (about 4 bytes a token): 16 prompts of 1M tokens fit."""

@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from skulk.node.trace_files import now_us
 from skulk.services.runner.flight import FlightRecorder, Ident, StallWatch
 from skulk.services.runner.tracing import RankTraces
 from skulk.wire.flight import FlightEntry, Phase
-from skulk.wire.inference import Done, FailReason, Failed, RankStep, Started
+from skulk.wire.inference import Done, Failed, FailReason, RankStep, Started
 from skulk.wire.message import Message
-from skulk.node.trace_files import now_us
 
 RATE_WINDOW_S = 1.0
 """tok/s is measured over at least this long (reports on change come more often)."""

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skulk.node import exitcodes
+from skulk.node.model_cards import LLAMA_LAYOUT
 from skulk.services.runner import llama_split
 from skulk.services.runner.deadline import Deadline
 from skulk.services.runner.quant_path import QuantMode
-from skulk.node import exitcodes
 from skulk.wire.accelerator import gather
-from skulk.node.model_cards import LLAMA_LAYOUT
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,11 @@ from typing import Any
 
 import zmq
 
+from skulk.cluster.state import RunnerKind, RunnerStatus
+from skulk.node import exitcodes
+from skulk.node.model_cards import drafter_of
+from skulk.node.role_args import RunnerArgs
+from skulk.node.trace_files import now_us
 from skulk.services import faults
 from skulk.services.base import ServiceLoop
 from skulk.services.runner import embed_engine, lockstep
@@ -31,24 +36,19 @@ from skulk.services.runner.deadline import Deadline, StepBeats
 from skulk.services.runner.engine import Engine
 from skulk.services.runner.flight import Ident
 from skulk.services.runner.observe import Observer
-from skulk.services.runner.tracing import RankTraces
 from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, use_device
-from skulk.services.runner.speculate import SpecMode, SpecSettings
 from skulk.services.runner.scheduler import Limits
-from skulk.node import exitcodes
-from skulk.node.role_args import RunnerArgs
-from skulk.wire.errors import WireError
-from skulk.node.model_cards import drafter_of
-from skulk.wire.events import RunnerReport
-from skulk.wire.inference import Cancel, Done, Embed, Failed, FailReason, Generate, Started
+from skulk.services.runner.speculate import SpecMode, SpecSettings
+from skulk.services.runner.tracing import RankTraces
 from skulk.wire import endpoints
+from skulk.wire.errors import WireError
+from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry, Phase
+from skulk.wire.inference import Cancel, Done, Embed, Failed, FailReason, Generate, Started
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, publish, recv_routed, send_routed
-from skulk.cluster.state import RunnerKind, RunnerStatus
 from skulk.wire.topics import EVT_FLIGHT, EVT_RUNNER
-from skulk.node.trace_files import now_us
 
 log = logging.getLogger("skulk.runner")
 REFUSALS = Refusals("runner: requests", log)

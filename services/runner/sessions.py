@@ -12,11 +12,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from skulk.cluster.state import TaskParams, ToolCall
 from skulk.services.runner.channels import ThinkSplitter, ToolCallScanner
 from skulk.services.runner.engine import Engine, OutputFormat, TokenOut
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
-from skulk.cluster.state import TaskParams, ToolCall
 
 log = logging.getLogger("skulk.runner")
 

@@ -22,9 +22,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from skulk.node.model_cards import card_from_dir
 from skulk.services.store.files import list_files, remove_tree
 from skulk.services.store.protocol import BadRequest, model_dir_of
-from skulk.node.model_cards import card_from_dir
 from skulk.wire.models import ModelDirError
 
 log = logging.getLogger("skulk.store")
@@ -223,8 +223,13 @@ def resolve_repo(model_id: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str
     if reason:
         raise FetchError(f"{model_id}: cannot download from Hugging Face: {reason}")
     from huggingface_hub import HfApi, constants
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled,
-                                        RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
     from huggingface_hub.utils import filter_repo_objects
 
     try:

@@ -19,8 +19,15 @@ from typing import Any
 
 from skulk.services.store import fetch
 from skulk.services.store.files import disk_usage, list_files, model_card, model_dirs, remove_tree, resolve_file
-from skulk.services.store.protocol import (BadRequest, NotFound, RangeNotSatisfiable, Route, RouteKind,
-                                           parse_range, parse_route)
+from skulk.services.store.protocol import (
+    BadRequest,
+    NotFound,
+    RangeNotSatisfiable,
+    Route,
+    RouteKind,
+    parse_range,
+    parse_route,
+)
 from skulk.services.store.registry import Registry
 from skulk.wire import curve
 

@@ -9,9 +9,9 @@ busy flag (`node/metrics.py` declares them; `GET /metrics` serves them). A repor
 
 from __future__ import annotations
 
+from skulk.cluster.state import RunnerKind, State
 from skulk.node import metrics
 from skulk.wire.events import RunnerReport
-from skulk.cluster.state import RunnerKind, State
 
 
 def token_delta(seen: tuple[int, int] | None, now: tuple[int, int]) -> int:

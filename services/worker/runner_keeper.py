@@ -12,10 +12,10 @@ from typing import Any
 
 import zmq
 
+from skulk.cluster.state import State
 from skulk.services.worker.runner_plan import plan
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.sockets import drain, send
-from skulk.cluster.state import State
 
 log = logging.getLogger("skulk.worker")
 

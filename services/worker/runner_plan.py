@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from skulk.node.role_args import RunnerPlacement
 from skulk.cluster.placement import ring_port
 from skulk.cluster.state import State
+from skulk.node.role_args import RunnerPlacement
 
 
 @dataclass(frozen=True, slots=True)

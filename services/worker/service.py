@@ -24,20 +24,20 @@ from typing import Any
 import zmq
 
 from skulk.cluster.replica import TOPICS, ReplicaCore, drain_bus, snapshot_request, take_snapshot
+from skulk.cluster.state import RunnerKind, RunnerStatus, State
+from skulk.node.role_args import WorkerArgs
+from skulk.node.staged import LAST_USED, in_use_here, is_staged, model_id_of, staged_copies, store_url
 from skulk.services.base import ServiceLoop
 from skulk.services.worker import eviction
-from skulk.node.role_args import WorkerArgs
+from skulk.services.worker.decide import eviction_due, plan_staging
 from skulk.services.worker.runner_gauges import RunnerGauges
 from skulk.services.worker.runner_keeper import RunnerKeeper
-from skulk.services.worker.decide import eviction_due, plan_staging
 from skulk.services.worker.staging import Stager
 from skulk.wire import endpoints
 from skulk.wire.events import RunnerReport
 from skulk.wire.models import dir_name
 from skulk.wire.sockets import drain, make_socket, recv_published, send
 from skulk.wire.staging import DownloadKind, DownloadReport
-from skulk.node.staged import LAST_USED, in_use_here, is_staged, model_id_of, staged_copies, store_url
-from skulk.cluster.state import RunnerKind, RunnerStatus, State
 from skulk.wire.topics import EVT_DOWNLOAD, EVT_RUNNER
 
 log = logging.getLogger("skulk.worker")

@@ -27,11 +27,11 @@ from http.client import HTTPException
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-from skulk.services import faults
-from skulk.wire.models import dir_name
 from skulk.node.staged import LAST_USED, MARK, is_staged
-from skulk.wire.staging import DownloadKind, DownloadProgress
+from skulk.services import faults
 from skulk.wire import curve
+from skulk.wire.models import dir_name
+from skulk.wire.staging import DownloadKind, DownloadProgress
 
 log = logging.getLogger("skulk.worker")
 

@@ -8,8 +8,8 @@ import os
 import signal
 import uuid
 
-from skulk.wire.cluster import Membership
 from skulk.cluster.state import StateHead
+from skulk.wire.cluster import Membership
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, wait_until

@@ -11,8 +11,8 @@ import uuid
 import zmq
 
 from tests.integration.cluster import FAST, converged, node_args, state_of
-from tests.integration.harness import wait_until
 from tests.integration.conftest import DEMO_DIR
+from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
 
 
@@ -108,8 +108,8 @@ def test_a_node_of_another_namespace_never_joins(nodes):
     wait_until(cluster[0], lambda: converged(cluster, 2), 30, "formation")
     stranger = nodes("stranger", config=FAST, args=node_args(f"other-{uuid.uuid4().hex[:8]}", cluster))
     # Watch 10 hello rounds of the stranger's own membership (2.5 s): it stays alone.
-    from tests.integration.harness import BusWatcher
     from skulk.wire.cluster import Membership
+    from tests.integration.harness import BusWatcher
 
     watcher = BusWatcher(stranger, b"evt.cluster.")
     try:

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import zmq
 
+from skulk.cluster.state import RunnerStatus
 from skulk.services.api.peers import PEER_TIMEOUT_S
 from skulk.services.api.resources.clusters import CLUSTERS
 from skulk.services.api.resources.diagnostics_cluster import CLUSTER, TIMELINE
@@ -26,7 +27,6 @@ from skulk.wire import endpoints
 from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry
 from skulk.wire.sockets import make_socket, publish
-from skulk.cluster.state import RunnerStatus
 from skulk.wire.topics import EVT_FLIGHT, EVT_RUNNER
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR

@@ -14,8 +14,14 @@ import uuid
 import pytest
 
 from skulk.supervisor.tree import RUNNER_SHUTDOWN_S
-from skulk.wire.commands import (INSTANCE_DELETED, INSTANCE_LOST, NO_INSTANCE, NO_READY_INSTANCE, RUNNER_LOST,
-                                 SESSION_CHANGED)
+from skulk.wire.commands import (
+    INSTANCE_DELETED,
+    INSTANCE_LOST,
+    NO_INSTANCE,
+    NO_READY_INSTANCE,
+    RUNNER_LOST,
+    SESSION_CHANGED,
+)
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until

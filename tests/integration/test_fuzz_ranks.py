@@ -17,8 +17,15 @@ from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
 from tools.fuzz_checks import NodeProbe, problems
-from tools.fuzz_ports import (Target, fire, node_targets, rank_control_target, rank_controls,
-                              runner_endpoints, runner_target)
+from tools.fuzz_ports import (
+    Target,
+    fire,
+    node_targets,
+    rank_control_target,
+    rank_controls,
+    runner_endpoints,
+    runner_target,
+)
 
 SECONDS = float(os.environ.get("SKULK_FUZZ_SECONDS", "10"))
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.integration import batch_clients as bc
 from tests.integration.cluster import FAST, converged, node_args, state_of
-from tests.integration.harness import wait_until
 from tests.integration.conftest import DEMO_DIR
+from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json, sse_events
 
 PROMPTS = ["Beautiful is better than ugly.", "Flat is better than nested, said the"]

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import zmq
 
-from skulk.services.store.registry import Registry
-from skulk.services.store.server import StoreApp, StoreServer, serve
 from skulk.node.model_store import StoreSlice
 from skulk.node.role_args import ChildArgs, StoreRoleArgs
+from skulk.services.store.registry import Registry
+from skulk.services.store.server import StoreApp, StoreServer, serve
 from skulk.wire import codec, endpoints
 from skulk.wire.control import ChildReady, Heartbeat
 from skulk.wire.sockets import make_socket

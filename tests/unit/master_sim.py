@@ -11,13 +11,22 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from skulk.services.master.core import CoreSettings, MasterCore
-from skulk.services.master.effects import (Answer, Channel, Effect, Instant, LinkPeers, Publish, TellSupervisor,
-                                           ToPeer, ToPeers)
 from skulk.cluster.catalog import NodeCatalogUpdated
+from skulk.cluster.state import State
+from skulk.services.master.core import CoreSettings, MasterCore
+from skulk.services.master.effects import (
+    Answer,
+    Channel,
+    Effect,
+    Instant,
+    LinkPeers,
+    Publish,
+    TellSupervisor,
+    ToPeer,
+    ToPeers,
+)
 from skulk.wire.cluster import Member, Membership
 from skulk.wire.message import Command, Message
-from skulk.cluster.state import State
 from tests.unit.test_state_and_routing import node
 
 WALL0 = 1_000_000.0

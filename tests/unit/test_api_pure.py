@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from skulk.cluster.state import RunnerStatus, State, ToolCall
+from skulk.node.model_cards import card_from_dir, scan
 from skulk.services.api import openai_format as fmt
 from skulk.services.api import sse
 from skulk.services.api.chat_request import ApiError, parse
-from skulk.services.api.generation import GenerationError, context_checked as check_context
+from skulk.services.api.generation import GenerationError
+from skulk.services.api.generation import context_checked as check_context
 from skulk.services.api.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
-from skulk.cluster.state import ToolCall
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
-from skulk.node.model_cards import card_from_dir, scan
 from skulk.wire.models import ModelDirError, dir_name
-from skulk.cluster.state import RunnerStatus, State
 
 OK = {"model": "m/x", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -15,14 +15,21 @@ import falcon
 import falcon.testing
 import pytest
 
-from skulk.services.api.auth import AuthMiddleware, Policy, Verdict, decide, is_loopback, presented_key, \
-    startup_warnings
+from skulk.node import config as node_config
+from skulk.node.api_keys import ApiKey, ConfigError, Scope, digest, find, from_file, parse
+from skulk.services.api.auth import (
+    AuthMiddleware,
+    Policy,
+    Verdict,
+    decide,
+    is_loopback,
+    presented_key,
+    startup_warnings,
+)
 from skulk.services.api.declare import Limits
 from skulk.services.api.errors import error_body
 from skulk.services.api.limits import LimitsMiddleware, StreamSlots, WatchedStream, bucket_of
 from skulk.services.api.resources.common import json_body
-from skulk.node import config as node_config
-from skulk.node.api_keys import ApiKey, ConfigError, Scope, digest, find, from_file, parse
 
 ADMIN_TEXT = "admin-0123456789abcdef"
 INFER_TEXT = "infer-0123456789abcdef"

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import random
 
-from tools.chaos_checks import (FaultRecord, NodeView, RequestRecord, agreement_problems, judge,
-                                membership_problems, missing_placements, pending_recreations)
+from tools.chaos_checks import (
+    FaultRecord,
+    NodeView,
+    RequestRecord,
+    agreement_problems,
+    judge,
+    membership_problems,
+    missing_placements,
+    pending_recreations,
+)
 from tools.chaos_faults import NODE_LOSS, Kind, plan_fault
 
 MODEL = "skulk/demo-tiny"

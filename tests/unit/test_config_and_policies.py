@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from skulk.services.faults import parse
 from skulk.node import config
+from skulk.services.faults import parse
 from skulk.supervisor.tree import ROLES, build_tree
 
 

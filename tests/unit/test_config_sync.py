@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from skulk.cluster.reducer import apply
+from skulk.cluster.state import IndexedEvent, State
+from skulk.node import config, config_file
+from skulk.node.config import ConfigError
 from skulk.services.api.resources.config import config_json
 from skulk.services.master.commands import handle
 from skulk.services.master.config_sync import ConfigFile, set_config, synced_file, to_write
 from skulk.services.master.replication import seed
-from skulk.node import config, config_file
-from skulk.node.config import ConfigError
 from skulk.supervisor.tree import role_args
 from skulk.wire import codec
 from skulk.wire.cluster import ForwardCommand
 from skulk.wire.commands import CommandAccepted, CommandRejected
 from skulk.wire.config_sync import MAX_CONFIG_BYTES, ClusterConfig, ConfigChanged, SetConfig
-from skulk.cluster.reducer import apply
-from skulk.cluster.state import IndexedEvent, State
 
 
 def cfg(version: int, text: str = "runner: {max_batch: 8}\n", writer: str = "n1") -> ClusterConfig:

@@ -12,8 +12,14 @@ import falcon
 import falcon.testing
 import pytest
 
-from skulk.services.api.resources.dashboard import (CONTENT_TYPES, SPA_PATHS, DashboardAssetResource,
-                                                    DashboardPageResource, asset, dashboard_dir)
+from skulk.services.api.resources.dashboard import (
+    CONTENT_TYPES,
+    SPA_PATHS,
+    DashboardAssetResource,
+    DashboardPageResource,
+    asset,
+    dashboard_dir,
+)
 
 FOLDER = Path(str(dashboard_dir()))
 

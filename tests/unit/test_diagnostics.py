@@ -10,23 +10,42 @@ import falcon
 import jsonschema
 import pytest
 
+from skulk.cluster.state import Instance, NodeInfo, RunnerStatus, ShardMeta, State, Task, TaskParams
 from skulk.services.api.peers import Peer, PeerAnswer
 from skulk.services.api.resources import diagnostics_host as host
 from skulk.services.api.resources.clusters import CLUSTERS, cluster_view, display_phase, pool_phase
 from skulk.services.api.resources.diagnostics import plan_cancel
-from skulk.services.api.resources.diagnostics_cluster import (CLUSTER, TIMELINE, NodeAnswer, cluster_json,
-                                                              node_answers, timeline_json)
+from skulk.services.api.resources.diagnostics_cluster import (
+    CLUSTER,
+    TIMELINE,
+    NodeAnswer,
+    cluster_json,
+    node_answers,
+    timeline_json,
+)
 from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS, NodeFacts, node_diagnostics
-from skulk.services.api.resources.diagnostics_runners import (FLIGHT_ENTRY, STUCK_S, entry_json, runner_warnings,
-                                                              runners_json, shown_phase)
+from skulk.services.api.resources.diagnostics_runners import (
+    FLIGHT_ENTRY,
+    STUCK_S,
+    entry_json,
+    runner_warnings,
+    runners_json,
+    shown_phase,
+)
 from skulk.services.api.resources.health import REPORT_STALE_S, busy
-from skulk.services.api.runner_view import (FORGET_AFTER_S, MAX_RUNNERS, RECORD_MAX_BYTES, REMEMBER_NODE_S, RING,
-                                            RunnerView, recv_bounded)
+from skulk.services.api.runner_view import (
+    FORGET_AFTER_S,
+    MAX_RUNNERS,
+    RECORD_MAX_BYTES,
+    REMEMBER_NODE_S,
+    RING,
+    RunnerView,
+    recv_bounded,
+)
 from skulk.wire.cluster import Member, Membership
 from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry, MlxMemory
 from skulk.wire.models import ModelCard
-from skulk.cluster.state import Instance, NodeInfo, RunnerStatus, ShardMeta, State, Task, TaskParams
 
 T0 = 1_700_000_000.0
 GIB = 1024 ** 3

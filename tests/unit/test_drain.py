@@ -13,14 +13,15 @@ import falcon
 import falcon.testing
 import pytest
 
+from skulk.cluster.state import ChatMessage, Instance, ShardMeta, State, Task, TaskParams
+from skulk.node import config
+from skulk.node.config import ConfigError
 from skulk.services.api import failover
 from skulk.services.api.resources.health import HealthResource
 from skulk.services.api.runner_view import RunnerView
 from skulk.services.master.drain import DrainWait, Pending, pending
 from skulk.services.master.replication import carried_over
 from skulk.supervisor import control, drain
-from skulk.node import config
-from skulk.node.config import ConfigError
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 from skulk.supervisor.tree import role_args
@@ -28,7 +29,6 @@ from skulk.wire.commands import CommandRejected, RejectReason, Routed
 from skulk.wire.control import AdminCommand
 from skulk.wire.events import ChildLifecycle
 from skulk.wire.models import ModelCard
-from skulk.cluster.state import ChatMessage, Instance, ShardMeta, State, Task, TaskParams
 
 CARD = ModelCard(model_id="m", storage_size_bytes=1, n_layers=4, hidden_size=8, num_key_value_heads=1,
                  supports_tensor=False, context_length=64, family="qwen2", quantization="float32")

@@ -5,12 +5,19 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skulk.services.gossip.peers import (PeerTable, announcement, first_gossip_of_node, parse_announcement,
-                                         pick_address, quiet_period, view_complete)
+from skulk.cluster.state import IndexedEvent, NodeInfo, State, TaskDeleted
+from skulk.services.gossip.peers import (
+    PeerTable,
+    announcement,
+    first_gossip_of_node,
+    parse_announcement,
+    pick_address,
+    quiet_period,
+    view_complete,
+)
 from skulk.services.master.election import SETTLE_S, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.replication import SessionLog, seed
 from skulk.wire.cluster import Campaign, LeaderAnnounce, PeerHello
-from skulk.cluster.state import IndexedEvent, NodeInfo, State, TaskDeleted
 
 
 def announce(node: str, seniority: int, clock: int = 1) -> LeaderAnnounce:

@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from skulk.cluster.placement import GIB, PlacementError, place
+from skulk.cluster.state import ChatMessage, NodeGatheredInfo, RunnerStatus, RunnerStatusUpdated, TaskParams
+from skulk.node.model_cards import card_from_dir
 from skulk.services.api.embedding_request import MAX_INPUTS, EmbeddingRequest, check_model, encode, parse, response
 from skulk.services.api.errors import ApiError
 from skulk.services.master.commands import handle
 from skulk.services.runner.embed_engine import Embedder, Pooling, group_size, pooling_of, to_bytes
-from skulk.wire.codec import decode, encode as wire_encode
+from skulk.wire.codec import decode
+from skulk.wire.codec import encode as wire_encode
 from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Routed, TextEmbedding, TextGeneration
 from skulk.wire.inference import Cancel, Embed, Embeddings, Failed, FailReason, Generate
-from skulk.node.model_cards import card_from_dir
 from skulk.wire.models import ModelCard, ModelTask
-from skulk.cluster.placement import GIB, PlacementError, place
-from skulk.cluster.state import ChatMessage, NodeGatheredInfo, RunnerStatus, RunnerStatusUpdated, TaskParams
 from tests.unit.test_state_and_routing import CARD, base, ids, node, run
 
 EMBED = replace(CARD, model_id="skulk/demo-embed", hidden_size=128, tasks=(ModelTask.TEXT_EMBEDDING.value,))

@@ -9,10 +9,10 @@ import json
 import shutil
 from collections import namedtuple
 
+from skulk.node.eventlog_files import log_files, read_records, record_bytes
 from skulk.services.eventlog import segment as seg
 from skulk.services.eventlog.retention import Retention, archives_to_prune, worth_recording
 from skulk.services.eventlog.segment import Segment
-from skulk.node.eventlog_files import log_files, read_records, record_bytes
 
 Usage = namedtuple("Usage", "total used free")
 SMALL = Retention(ring_bytes=2000, ring_keep=10, ring_check_every=5, archives_max=2, archives_bytes=10_000,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from skulk.services.worker.eviction import doomed
 from skulk.node.staged import Staged
+from skulk.services.worker.eviction import doomed
 
 GB = 1024 ** 3
 COPIES = [Staged("a/old", 10 * GB, 100.0), Staged("a/mid", 10 * GB, 200.0), Staged("a/new", 10 * GB, 300.0)]

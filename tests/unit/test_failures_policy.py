@@ -5,19 +5,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from skulk.services.master.commands import node_lost_events
-from skulk.services.master.roster import Roster, lost_nodes
-from skulk.services.master.failures import GiveUp, Recreate, RecoveryPolicy, lineage_failures, process_ended, verdict
-from skulk.wire.events import ChildLifecycle
-from skulk.services.master.recovery import next_recreation, runner_failed
+from skulk.cluster.reducer import DELETIONS_KEPT
+from skulk.cluster.state import (
+    InstanceCreated,
+    InstanceDeleted,
+    NodeGatheredInfo,
+    NodeRestarting,
+    NodeTimedOut,
+    RecreationAbandoned,
+    RunnerStatus,
+    Task,
+    TaskCreated,
+)
 from skulk.node import exitcodes
+from skulk.services.master.commands import node_lost_events
+from skulk.services.master.failures import GiveUp, RecoveryPolicy, Recreate, lineage_failures, process_ended, verdict
+from skulk.services.master.recovery import next_recreation, runner_failed
+from skulk.services.master.roster import Roster, lost_nodes
 from skulk.supervisor.strategy import should_restart
+from skulk.wire.cluster import Member
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import INSTANCE_LOST
-from skulk.cluster.reducer import DELETIONS_KEPT
-from skulk.cluster.state import (NodeGatheredInfo, InstanceCreated, InstanceDeleted, NodeRestarting, NodeTimedOut, RecreationAbandoned,
-                              RunnerStatus, Task, TaskCreated)
-from skulk.wire.cluster import Member
+from skulk.wire.events import ChildLifecycle
 from tests.unit.test_state_and_routing import PARAMS, ids, node, placed, run
 
 POLICY = RecoveryPolicy()

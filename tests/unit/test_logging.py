@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from skulk.node import config, logctx, logsetup
-from skulk.supervisor.child import child_argv
 from skulk.node.logsetup import JsonFormatter, LogSettings
 from skulk.node.role_args import ChildArgs
+from skulk.supervisor.child import child_argv
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.tree import build_tree, log_settings
 

@@ -8,15 +8,25 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from skulk.cluster.catalog import NodeCatalogUpdated
+from skulk.cluster.state import RunnerStatus
 from skulk.services.master.core import CoreSettings, MasterCore
 from skulk.services.master.effects import Instant, SupervisorVerb, TellSupervisor
 from skulk.services.master.replication import carried_over
-from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.cluster import ForwardCommand, ForwardedReply
-from skulk.wire.commands import (RESTART_PENDING, SESSION_CHANGED, CommandAccepted, CommandRejected, PlaceInstance,
-                                 RejectReason, RestartNode, Routed, TaskFinished, TextGeneration)
+from skulk.wire.commands import (
+    RESTART_PENDING,
+    SESSION_CHANGED,
+    CommandAccepted,
+    CommandRejected,
+    PlaceInstance,
+    RejectReason,
+    RestartNode,
+    Routed,
+    TaskFinished,
+    TextGeneration,
+)
 from skulk.wire.events import ChildLifecycle, RunnerReport
-from skulk.cluster.state import RunnerStatus
 from tests.unit.master_sim import Sim
 from tests.unit.test_state_and_routing import CARD, PARAMS
 

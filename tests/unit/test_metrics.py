@@ -14,16 +14,16 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from skulk.cluster.state import Instance, RunnerStatus, ShardMeta, State
+from skulk.node import metrics
+from skulk.node.metrics import CLIENT_GONE, Outcome
 from skulk.services.api.metering import ApiShape, StreamMeter, outcome_of, refusal_outcome
 from skulk.services.worker.runner_gauges import RunnerGauges, token_delta
-from skulk.node import metrics
 from skulk.wire.commands import RejectReason
 from skulk.wire.control import ChildStatus
 from skulk.wire.events import RunnerReport
 from skulk.wire.inference import Done, Failed, FailReason, TokenChunk, ToolCall
-from skulk.node.metrics import CLIENT_GONE, Outcome
 from skulk.wire.models import ModelCard
-from skulk.cluster.state import Instance, RunnerStatus, ShardMeta, State
 
 CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4, hidden_size=256,
                  num_key_value_heads=2, supports_tensor=True, context_length=2048, family="qwen2",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from skulk.supervisor import node_identity
 from skulk.node import config
 from skulk.node.config import NODE_NAME
+from skulk.supervisor import node_identity
 
 
 def load(home: Path, **overrides: str) -> config.NodeConfig:

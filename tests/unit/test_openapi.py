@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import falcon
 import falcon.testing
@@ -20,7 +21,7 @@ from openapi_spec_validator import validate
 
 from skulk.services.api import embedding_request
 from skulk.services.api.app import build_app
-from skulk.services.api.chat_request import ApiError, CHAT_REQUEST, flag, parse
+from skulk.services.api.chat_request import CHAT_REQUEST, ApiError, flag, parse
 from skulk.services.api.declare import Deps, Op, Route, RouteMismatch
 from skulk.services.api.gateway import MasterUnavailable
 from skulk.services.api.generation import Generation

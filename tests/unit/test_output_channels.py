@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from skulk.cluster.state import ChatMessage, TaskParams
 from skulk.services.runner.batcher import Batcher
 from skulk.services.runner.channels import ThinkSplitter, ToolCallScanner
 from skulk.services.runner.engine import OutputFormat
 from skulk.services.runner.fake_engine import FakeEngine
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.inference import Done, Generate, TokenChunk
-from skulk.cluster.state import ChatMessage, TaskParams
 from tests.unit.test_runner_batching import run
-
 
 
 def _mlx_lm_tool_parser(name: str):

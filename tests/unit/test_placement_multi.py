@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from skulk.wire.commands import PlaceInstance
-from skulk.wire.models import ModelCard
 from skulk.cluster.placement import GIB, PlacementError, layer_split, place, ring_port
 from skulk.cluster.reducer import apply
 from skulk.cluster.state import IndexedEvent, NodeGatheredInfo, NodeInfo, State
+from skulk.wire.commands import PlaceInstance
+from skulk.wire.models import ModelCard
 
 CARD = ModelCard(model_id="o/m", storage_size_bytes=8 * GIB, n_layers=32, hidden_size=4096,
                  num_key_value_heads=8, supports_tensor=True, context_length=32768,
@@ -164,8 +164,8 @@ def test_a_family_nobody_can_pipeline_runs_on_one_node_or_is_refused_by_name():
 def test_a_gpu_node_holds_the_checkpoint_as_stored_and_is_sized_by_its_own_memory():
     """A 4-bit 8B checkpoint: 4.5 GB on a GPU (kept quantized unless bf16 fits at load), 32 GB
     in fp32 on a CPU node; a CUDA node may fill 90 % of its GPU, whatever its RAM."""
-    from skulk.wire.accelerator import Accelerator
     from skulk.cluster.placement import held, shares, usable
+    from skulk.wire.accelerator import Accelerator
 
     card = replace(CARD, storage_size_bytes=int(4.5 * GIB), runtime_bytes=32 * GIB)
     state = cluster(("gpu", 16, 8), ("cpu", 64, 60))
@@ -179,8 +179,8 @@ def test_a_gpu_node_holds_the_checkpoint_as_stored_and_is_sized_by_its_own_memor
 
 
 def test_a_cuda_gpu_counts_what_is_already_placed_on_it_and_rings_never_mix_devices():
-    from skulk.wire.accelerator import Accelerator
     from skulk.cluster.placement import room
+    from skulk.wire.accelerator import Accelerator
 
     card = replace(CARD, storage_size_bytes=30 * GIB, runtime_bytes=120 * GIB)
     state = cluster(("g1", 256, 250), ("g2", 256, 250))

@@ -11,8 +11,7 @@ import yaml
 
 from skulk.node import config
 from skulk.node.argv import Argv, from_known_argv, prefixed
-from skulk.node.role_args import (ChildArgs, RunnerArgs, RunnerPlacement, RunnerSettings, StoreRoleArgs,
-                                        WorkerArgs)
+from skulk.node.role_args import ChildArgs, RunnerArgs, RunnerPlacement, RunnerSettings, StoreRoleArgs, WorkerArgs
 from skulk.supervisor.tree import ROLES, build_tree, role_settings, runner_settings
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 
+from skulk.cluster.state import ChatMessage, TaskParams
 from skulk.services.runner import admission
 from skulk.services.runner.batcher import Batcher
 from skulk.services.runner.fake_engine import FakeEngine
 from skulk.services.runner.scheduler import Limits
-from skulk.wire.inference import FailReason, Failed, Generate, Started
-from skulk.cluster.state import ChatMessage, TaskParams
+from skulk.wire.inference import Failed, FailReason, Generate, Started
 
 
 def gen(rid: str, **params) -> Generate:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from skulk.cluster.state import ChatMessage, TaskParams
 from skulk.services.runner import scheduler
 from skulk.services.runner.batcher import Batcher, OutOfStep, follow
 from skulk.services.runner.fake_engine import FakeEngine
 from skulk.services.runner.scheduler import Admission, Limits
-from skulk.wire.inference import Done, FailReason, Failed, Generate, Progress, RankStep, Started, TokenChunk
-from skulk.cluster.state import ChatMessage, TaskParams
+from skulk.wire.inference import Done, Failed, FailReason, Generate, Progress, RankStep, Started, TokenChunk
 
 
 def gen(rid: str, text: str = "hello", max_tokens: int = 5, stop: tuple[str, ...] = (),

@@ -8,19 +8,42 @@ from pathlib import Path
 
 import pytest
 
+from skulk.cluster.placement import GIB, PlacementError, place
+from skulk.cluster.reducer import OutOfOrder, apply
+from skulk.cluster.state import (
+    ChatMessage,
+    IndexedEvent,
+    InstanceDeleted,
+    NodeGatheredInfo,
+    NodeInfo,
+    NodeRestarting,
+    NodeTimedOut,
+    RunnerStatus,
+    RunnerStatusUpdated,
+    State,
+    TaskParams,
+)
 from skulk.services.master.commands import handle, lost_changes
 from skulk.services.master.routing import Route, RouteError, route
 from skulk.services.worker.runner_plan import Plan, plan
+from skulk.wire.commands import (
+    INSTANCE_LOST,
+    RUNNER_LOST,
+    SESSION_CHANGED,
+    CommandAccepted,
+    CommandRejected,
+    DeleteInstance,
+    PlaceInstance,
+    RejectReason,
+    Routed,
+    SnapshotRequest,
+    StateSnapshot,
+    TaskCancelled,
+    TaskFinished,
+    TextGeneration,
+)
 from skulk.wire.inference import FailReason
-from skulk.wire.commands import (RejectReason, INSTANCE_LOST, RUNNER_LOST, SESSION_CHANGED, CommandAccepted, CommandRejected, DeleteInstance, PlaceInstance,
-                                 Routed, StateSnapshot, SnapshotRequest, TaskCancelled,
-                                 TaskFinished, TextGeneration)
 from skulk.wire.models import ModelCard
-from skulk.cluster.placement import GIB, PlacementError, place
-from skulk.cluster.reducer import OutOfOrder, apply
-from skulk.cluster.state import (ChatMessage, IndexedEvent, InstanceDeleted,
-                              NodeGatheredInfo, NodeInfo, NodeRestarting, NodeTimedOut, RunnerStatus, RunnerStatusUpdated,
-                              State, TaskParams)
 
 CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4,
                  hidden_size=256, num_key_value_heads=2, supports_tensor=True,

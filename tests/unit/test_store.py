@@ -10,13 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from skulk.node.role_args import StoreRoleArgs
 from skulk.scripts.model_add import destination, is_model_id
 from skulk.services.store import fetch
 from skulk.services.store.files import list_files, model_dirs, resolve_file
-from skulk.services.store.protocol import (BadRequest, NotFound, RangeNotSatisfiable, RouteKind,
-                                           parse_range, parse_route, safe_rel_path)
+from skulk.services.store.protocol import (
+    BadRequest,
+    NotFound,
+    RangeNotSatisfiable,
+    RouteKind,
+    parse_range,
+    parse_route,
+    safe_rel_path,
+)
 from skulk.services.store.registry import Registry, stale
-from skulk.node.role_args import StoreRoleArgs
 from tests.fake_models import make_model
 
 # ---- Range -----------------------------------------------------------------------------------

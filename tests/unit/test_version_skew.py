@@ -6,11 +6,11 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from skulk.cluster.state import NodeInfo
 from skulk.services.api.state_json import cluster_warnings
 from skulk.wire import codec
 from skulk.wire.cluster import PeerHello
 from skulk.wire.errors import UnknownMessage
-from skulk.cluster.state import NodeInfo
 from skulk.wire.version import peer_versions, skew_refusal
 
 

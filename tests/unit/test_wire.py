@@ -157,8 +157,8 @@ def test_string_enums_travel_as_their_strings():
     plain string, and it decodes to a str equal to the member."""
     import json
 
-    from skulk.wire.events import ChildLifecycle, LifecycleEvent
     from skulk.cluster.state import RunnerKind, RunnerStatus, TaskStatus, TaskStatusUpdated
+    from skulk.wire.events import ChildLifecycle, LifecycleEvent
 
     typed = RunnerStatus(kind=RunnerKind.READY)
     assert codec.encode(typed) == codec.encode(RunnerStatus(kind="RunnerReady"))

@@ -9,11 +9,11 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.state import TaskParams
 from skulk.services.api.errors import ApiError
 from skulk.services.api.generation import Generation, GenerationError, Stream, collect, fail_status
 from skulk.services.api.resources.common import check_messages, http_error, json_body
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.cluster.state import TaskParams
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "close", "X-Accel-Buffering": "no"}
 

@@ -15,8 +15,22 @@ from typing import Any
 
 import falcon
 
-from skulk.services.api.chat_request import (FLAG, STOPS, TEXT_PART, ApiError, _int, _number, flag, max_tokens_of,
-                                             message_list, model_of, require_content, require_object, stops_of)
+from skulk.cluster.state import ChatMessage, TaskParams
+from skulk.services.api.chat_request import (
+    FLAG,
+    STOPS,
+    TEXT_PART,
+    ApiError,
+    _int,
+    _number,
+    flag,
+    max_tokens_of,
+    message_list,
+    model_of,
+    require_content,
+    require_object,
+    stops_of,
+)
 from skulk.services.api.errors import anthropic_error
 from skulk.services.api.gateway import KeepAlive
 from skulk.services.api.generation import Generation, Stream, fail_status
@@ -24,7 +38,6 @@ from skulk.services.api.resources.adapter import open_stream, parsed, respond
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of, ranged
 from skulk.services.api.sse import sse_event
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.cluster.state import ChatMessage, TaskParams
 
 
 def _text(raw: Any, where: str) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import falcon
 
-from skulk.services.api.gateway import Gateway
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import TaskStatus
+from skulk.services.api.gateway import Gateway
 from skulk.services.api.resources.common import http_error, state_or_503
 from skulk.services.api.schema import STRING, Schema, obj
 

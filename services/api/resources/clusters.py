@@ -29,15 +29,14 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.state import SERVING_KINDS, Instance, RunnerKind, State
 from skulk.services.api.resources.common import state_or_503
-from skulk.services.api.resources.diagnostics_cluster import NodeAnswer, at_key, unreachable
-from skulk.services.api.resources.diagnostics_cluster import UNREACHABLE
+from skulk.services.api.resources.diagnostics_cluster import UNREACHABLE, NodeAnswer, at_key, unreachable
 from skulk.services.api.resources.diagnostics_fanout import ClusterFanOut
 from skulk.services.api.resources.health import generating
 from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
 from skulk.services.api.state_json import node_health
 from skulk.wire.flight import Phase
-from skulk.cluster.state import SERVING_KINDS, Instance, RunnerKind, State
 
 LOADING_KINDS = frozenset(RunnerKind) - SERVING_KINDS - {RunnerKind.FAILED}
 PREFILL_PHASES = frozenset({Phase.TASK_SUBMISSION, Phase.TASK_AGREEMENT, Phase.PROMPT_BUILD, Phase.VISION_PREPROCESS,

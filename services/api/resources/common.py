@@ -7,13 +7,15 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import State
 from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.limits import too_large
-from skulk.cluster.replica import StateReplica
 from skulk.wire.commands import CommandRejected, Reply
 from skulk.wire.message import Message
-from skulk.cluster.state import State
-from skulk.wire.schema import INT_MAX as WIRE_INT_MAX, INT_MIN as WIRE_INT_MIN
+from skulk.wire.schema import INT_MAX as WIRE_INT_MAX
+from skulk.wire.schema import INT_MIN as WIRE_INT_MIN
+
 
 def http_error(status: int, message: str) -> falcon.HTTPError:
     """An HTTP error with its status as given (499: the command was cancelled, nginx's code)."""

@@ -12,9 +12,21 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.state import TaskParams
 from skulk.services.api import openai_format as fmt
-from skulk.services.api.chat_request import (FLAG, POSITIVE, SAMPLING, STOPS, ApiError, flag, max_tokens_of,
-                                             model_of, require_object, sampling, stops_of)
+from skulk.services.api.chat_request import (
+    FLAG,
+    POSITIVE,
+    SAMPLING,
+    STOPS,
+    ApiError,
+    flag,
+    max_tokens_of,
+    model_of,
+    require_object,
+    sampling,
+    stops_of,
+)
 from skulk.services.api.gateway import KeepAlive
 from skulk.services.api.generation import Generation, Stream, fail_status
 from skulk.services.api.resources.adapter import open_stream, respond
@@ -22,7 +34,6 @@ from skulk.services.api.resources.common import http_error, json_body
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
 from skulk.services.api.sse import sse_comment, sse_data
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.cluster.state import TaskParams
 
 
 def parse_completion(body: Any) -> TaskParams:

@@ -17,12 +17,12 @@ from typing import Any
 
 import falcon
 
-from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.cluster.replica import StateReplica
-from skulk.services.api.resources.common import json_body
-from skulk.services.api.schema import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, obj
 from skulk.node import config_file
 from skulk.node.config import ConfigError
+from skulk.services.api.gateway import Gateway, MasterUnavailable
+from skulk.services.api.resources.common import json_body
+from skulk.services.api.schema import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, obj
 from skulk.wire.commands import CommandAccepted, CommandRejected
 from skulk.wire.config_sync import ClusterConfig, SetConfig
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import State, TaskStatus
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.resources import diagnostics_host as host
 from skulk.services.api.resources.common import http_error, json_body, state_or_503
 from skulk.services.api.resources.diagnostics_node import NodeFacts, node_diagnostics
 from skulk.services.api.runner_view import RING, RunnerView
 from skulk.services.api.schema import STRING, TEXT, Schema, enum, obj
-from skulk.cluster.replica import StateReplica
-from skulk.cluster.state import State, TaskStatus
 
 
 def entries_param(req: falcon.Request) -> int:

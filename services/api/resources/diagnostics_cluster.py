@@ -17,7 +17,7 @@ from typing import Any
 
 from skulk.services.api.peers import PeerAnswer
 from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS
-from skulk.services.api.resources.diagnostics_runners import (ATTRS, MLX_MEMORY, PHASE, iso)
+from skulk.services.api.resources.diagnostics_runners import ATTRS, MLX_MEMORY, PHASE, iso
 from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, nullable, obj
 
 

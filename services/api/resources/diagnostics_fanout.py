@@ -16,13 +16,17 @@ from urllib.parse import quote
 
 import falcon
 
+from skulk.cluster.state import State
 from skulk.services.api.peers import Peer, ask, ask_all, peers_of
 from skulk.services.api.resources.common import http_error, json_body
-from skulk.services.api.resources.diagnostics import (NodeCancelResource, NodeDiagnosticsSource, entries_param,
-                                                      parse_cancel)
+from skulk.services.api.resources.diagnostics import (
+    NodeCancelResource,
+    NodeDiagnosticsSource,
+    entries_param,
+    parse_cancel,
+)
 from skulk.services.api.resources.diagnostics_cluster import NodeAnswer, cluster_json, node_answers, timeline_json
 from skulk.services.api.runner_view import RING
-from skulk.cluster.state import State
 
 NODE_PATH = "/v1/diagnostics/node"
 

@@ -18,8 +18,7 @@ from typing import Any
 import psutil
 
 from skulk.services.api.resources.diagnostics_runners import memory
-from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum,
-                                       nullable, obj)
+from skulk.services.api.schema import ANY_OBJECT, BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
 
 TITLE = "skulk: "
 

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skulk.services.api.resources.diagnostics_host import PROCESS, RESOURCES
-from skulk.services.api.resources.diagnostics_runners import (RUNNER, Alive, iso, memory, runner_warnings,
-                                                              runners_json)
-from skulk.services.api.runner_view import RunnerSeen
-from skulk.services.api.schema import (BOOLEAN, INTEGER, STRING, Schema, array, enum, nullable, obj)
-from skulk.services.api.state_json import accelerator_json
 from skulk.cluster.state import OPEN_STATUSES, Instance, RunnerKind, State
+from skulk.services.api.resources.diagnostics_host import PROCESS, RESOURCES
+from skulk.services.api.resources.diagnostics_runners import RUNNER, Alive, iso, memory, runner_warnings, runners_json
+from skulk.services.api.runner_view import RunnerSeen
+from skulk.services.api.schema import BOOLEAN, INTEGER, STRING, Schema, array, enum, nullable, obj
+from skulk.services.api.state_json import accelerator_json
 
 
 @dataclass(frozen=True)

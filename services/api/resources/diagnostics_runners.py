@@ -12,11 +12,22 @@ import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from skulk.services.api.runner_view import RunnerSeen
-from skulk.services.api.schema import (BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, map_of,
-                                       nullable, obj, one_of)
-from skulk.wire.flight import PHASES, FlightEntry, MlxMemory, Phase
 from skulk.cluster.state import Instance, RunnerKind, ShardMeta, State
+from skulk.services.api.runner_view import RunnerSeen
+from skulk.services.api.schema import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Schema,
+    array,
+    enum,
+    map_of,
+    nullable,
+    obj,
+    one_of,
+)
+from skulk.wire.flight import PHASES, FlightEntry, MlxMemory, Phase
 
 Alive = Callable[[int], bool]
 
@@ -29,9 +40,9 @@ def shown_phase(phase: str) -> str:
 def iso(ts: float) -> str:
     """UTC ISO 8601 with microseconds (fixed width, so equal instants print equally)."""
     try:
-        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="microseconds")
+        return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="microseconds")
     except (OverflowError, ValueError, OSError):  # a time no clock gives (a bad report on the bus): no 500
-        return (dt.datetime.max if ts > 0 else dt.datetime.min).replace(tzinfo=dt.timezone.utc).isoformat(timespec="microseconds")
+        return (dt.datetime.max if ts > 0 else dt.datetime.min).replace(tzinfo=dt.UTC).isoformat(timespec="microseconds")
 
 
 def memory(n: int | None) -> dict[str, int] | None:

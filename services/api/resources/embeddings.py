@@ -12,12 +12,12 @@ import uuid
 
 import falcon
 
+from skulk.cluster.replica import StateReplica
+from skulk.services.api import failover
 from skulk.services.api.embedding_request import check_model, parse, response
 from skulk.services.api.errors import ApiError
-from skulk.services.api import failover
 from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.generation import fail_status
-from skulk.cluster.replica import StateReplica
 from skulk.services.api.resources.common import http_error, json_body, state_or_503
 from skulk.wire.commands import CommandRejected, Routed, TextEmbedding
 from skulk.wire.inference import Failed

@@ -11,14 +11,14 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.state import IndexedEvent
+from skulk.node.eventlog_files import iter_records, log_files
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.schema import ANY_OBJECT, Schema, array
 from skulk.wire.codec import decode
-from skulk.node.eventlog_files import iter_records, log_files
 from skulk.wire.errors import WireError
 from skulk.wire.message import Message
 from skulk.wire.schema import to_plain
-from skulk.cluster.state import IndexedEvent
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 100_000

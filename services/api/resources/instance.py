@@ -6,8 +6,8 @@ import uuid
 
 import falcon
 
-from skulk.services.api.gateway import Gateway
 from skulk.cluster.replica import StateReplica
+from skulk.services.api.gateway import Gateway
 from skulk.services.api.resources.common import command, http_error, state_or_503
 from skulk.services.api.schema import STRING, Schema, obj
 from skulk.services.api.state_json import instance_json

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import falcon
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
-from prometheus_client.core import Metric
 
+from skulk.cluster.replica import StateReplica
+from skulk.node import metrics
+from skulk.node.staged import staged_copies
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.schema import STRING, Schema
-from skulk.node import metrics
-from skulk.cluster.replica import StateReplica
-from skulk.node.staged import staged_copies
 
 log = logging.getLogger("skulk.api.metrics")
 

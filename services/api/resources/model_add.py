@@ -14,11 +14,11 @@ from pathlib import Path
 
 import falcon
 
+from skulk.node.model_cards import card_from_dir
 from skulk.services.api.resources.common import http_error, json_body
 from skulk.services.api.schema import STRING, TEXT, Schema, obj
 from skulk.services.api.state_json import model_entry
 from skulk.services.store.fetch import AddFailure, FetchError, add_gguf, add_local_dir, gguf_file
-from skulk.node.model_cards import card_from_dir
 
 STATUS = {AddFailure.INVALID: 400, AddFailure.EXISTS: 409, AddFailure.WRITE: 507, AddFailure.FETCH: 502}
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import falcon
 
+from skulk.cluster.catalog import cards_of
+from skulk.cluster.replica import StateReplica
+from skulk.node.model_cards import scan
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.state_json import model_entry
-from skulk.cluster.catalog import cards_of
-from skulk.node.model_cards import scan
 from skulk.wire.models import ModelCard
-from skulk.cluster.replica import StateReplica
 
 CATALOG_WAIT_S = 5.0
 """How long a lookup waits for this node's first catalog report (its store role sends one at

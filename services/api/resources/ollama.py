@@ -11,28 +11,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import falcon
 
-from skulk.services.api.chat_request import (FLAG, SAMPLING, STOPS, ApiError, flag, message_list, model_of,
-                                             require_content, require_object, sampling, stops_of)
+from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import ChatMessage, TaskParams
+from skulk.services.api.chat_request import (
+    FLAG,
+    SAMPLING,
+    STOPS,
+    ApiError,
+    flag,
+    message_list,
+    model_of,
+    require_content,
+    require_object,
+    sampling,
+    stops_of,
+)
+from skulk.services.api.declare import NDJSON
 from skulk.services.api.gateway import KeepAlive
 from skulk.services.api.generation import Generation, Stream
-from skulk.cluster.replica import StateReplica
-from skulk.services.api.response_format import grammar_of, ollama_format
 from skulk.services.api.resources.adapter import open_stream, parsed, respond
-from skulk.services.api.resources.models import Catalog
 from skulk.services.api.resources.common import http_error, json_body
-from skulk.services.api.schema import (BOOLEAN, INTEGER, STRING, TEXT, Schema, array, enum, map_of, nullable, one_of,
-                                       obj)
-from skulk.services.api.declare import NDJSON
+from skulk.services.api.resources.models import Catalog
+from skulk.services.api.response_format import grammar_of, ollama_format
+from skulk.services.api.schema import BOOLEAN, INTEGER, STRING, TEXT, Schema, array, enum, map_of, nullable, obj, one_of
 from skulk.services.api.sse import ndjson
 from skulk.wire.inference import Done, Failed, TokenChunk
 from skulk.wire.models import ModelCard
-from skulk.cluster.state import ChatMessage, TaskParams
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -92,7 +102,7 @@ SHOW_REQUEST: Schema = obj({}, {"model": STRING, "name": STRING})
 """`show`'s body (`model`, or `name` as older clients send)."""
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _final(stream: Stream, done: Done, started: float) -> dict[str, Any]:
@@ -150,7 +160,7 @@ def _details(card: ModelCard) -> dict[str, Any]:
 
 def _tag(card: ModelCard, when: float) -> dict[str, Any]:
     return {"name": card.model_id, "model": card.model_id, "size": card.storage_size_bytes,
-            "modified_at": datetime.fromtimestamp(when, timezone.utc).isoformat().replace("+00:00", "Z"),
+            "modified_at": datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z"),
             "digest": "", "details": _details(card)}
 
 

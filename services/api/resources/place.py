@@ -9,14 +9,13 @@ from dataclasses import replace
 
 import falcon
 
-from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.cluster.replica import StateReplica
-from skulk.services.api.resources.models import Catalog
+from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.resources.common import http_error, json_body
+from skulk.services.api.resources.models import Catalog
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, obj
 from skulk.services.api.state_json import CARD, card_json
 from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Reply
-
 
 MAX_NODES = 1024
 """More nodes than any cluster we serve: a larger `min_nodes` is a typo, refused by name."""

@@ -6,13 +6,13 @@ import uuid
 
 import falcon
 
+from skulk.cluster.placement import PlacementError, drafter_bytes, place, shares
 from skulk.cluster.replica import StateReplica
-from skulk.services.api.resources.models import Catalog
 from skulk.services.api.resources.common import state_or_503
+from skulk.services.api.resources.models import Catalog
 from skulk.services.api.schema import INTEGER, STRING, Schema, array, enum, map_of, nullable, obj
 from skulk.services.api.state_json import INSTANCE, instance_json
 from skulk.wire.commands import PlaceInstance
-from skulk.cluster.placement import PlacementError, drafter_bytes, place, shares
 
 
 class PreviewsResource:

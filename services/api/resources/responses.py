@@ -17,17 +17,26 @@ from typing import Any
 
 import falcon
 
-from skulk.services.api.chat_request import (FLAG, POSITIVE, SAMPLING, ApiError, flag, max_tokens_of, model_of,
-                                             require_content, require_object, sampling)
+from skulk.cluster.state import ChatMessage, TaskParams
+from skulk.services.api.chat_request import (
+    FLAG,
+    POSITIVE,
+    SAMPLING,
+    ApiError,
+    flag,
+    max_tokens_of,
+    model_of,
+    require_content,
+    require_object,
+    sampling,
+)
 from skulk.services.api.gateway import KeepAlive
 from skulk.services.api.generation import Generation, Stream, fail_status
 from skulk.services.api.resources.adapter import open_stream, parsed, respond
-from skulk.services.api.schema import (INTEGER, NUMBER, STRING, TEXT, Schema, array, enum, nullable, obj,
-                                       one_of)
 from skulk.services.api.response_format import grammar_of, responses_format
+from skulk.services.api.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
 from skulk.services.api.sse import sse_comment, sse_event
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.cluster.state import ChatMessage, TaskParams
 
 ROLES = ("system", "developer", "user", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")

@@ -16,13 +16,13 @@ from typing import Any
 
 import falcon
 
-from skulk.services.api.gateway import Gateway
 from skulk.cluster.replica import StateReplica
+from skulk.node.eventlog_files import MODE_FILE
+from skulk.node.staged import in_use_here, staged_copies
+from skulk.services.api.gateway import Gateway
 from skulk.services.api.resources.common import command, http_error, json_body
 from skulk.services.api.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
-from skulk.node.eventlog_files import MODE_FILE
 from skulk.wire.models import dir_name
-from skulk.node.staged import in_use_here, staged_copies
 from skulk.wire.staging import PurgeStaging
 
 

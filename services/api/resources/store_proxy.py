@@ -14,12 +14,12 @@ from typing import Any
 import falcon
 
 from skulk.cluster.replica import StateReplica
+from skulk.node.model_store import ModelStoreConfig
+from skulk.node.staged import store_url
 from skulk.services.api.resources.common import http_error
 from skulk.services.api.schema import ANY_OBJECT, INTEGER, STRING, Schema, obj
-from skulk.node.model_store import ModelStoreConfig
-from skulk.wire.models import ModelDirError, dir_name
-from skulk.node.staged import store_url
 from skulk.wire import curve
+from skulk.wire.models import ModelDirError, dir_name
 
 TIMEOUT_S = 5.0
 

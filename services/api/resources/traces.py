@@ -10,12 +10,11 @@ from typing import Any
 
 import falcon
 
+from skulk.node.trace_files import traces_root, valid_task_id
 from skulk.services.api.resources.common import http_error, json_body
-from skulk.services.api.schema import (ANY_OBJECT, BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, map_of,
-                                       obj)
+from skulk.services.api.schema import ANY_OBJECT, BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, map_of, obj
 from skulk.services.api.trace_reader import delete_traces, list_traces, load_trace
 from skulk.services.api.trace_views import chrome, stats
-from skulk.node.trace_files import traces_root, valid_task_id
 
 
 def checked_id(task_id: str) -> str:

@@ -15,13 +15,20 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.replica import StateReplica
+from skulk.node.trace_files import traces_root
 from skulk.services.api.peers import Peer, PeerAnswer, ask_all, peers_of
 from skulk.services.api.resources.traces import checked_id, not_found, send_raw
 from skulk.services.api.trace_reader import list_traces, load_trace
-from skulk.services.api.trace_views import (chrome, clean_span, clean_summary, merge_nodes, merge_spans,
-                                            merge_summaries, stats)
-from skulk.cluster.replica import StateReplica
-from skulk.node.trace_files import traces_root
+from skulk.services.api.trace_views import (
+    chrome,
+    clean_span,
+    clean_summary,
+    merge_nodes,
+    merge_spans,
+    merge_summaries,
+    stats,
+)
 
 STATE_WAIT_S = 1.0
 """How long a cluster view waits for a first state (a node just started); without one it shows

@@ -7,10 +7,10 @@ import uuid
 
 import falcon
 
+from skulk.cluster.replica import StateReplica
 from skulk.services.api.gateway import Gateway
 from skulk.services.api.resources.common import command, http_error, json_body
 from skulk.services.api.schema import BOOLEAN, Schema, obj
-from skulk.cluster.replica import StateReplica
 from skulk.wire.tracing import SetTracing
 
 FLIP_WAIT_S = 2.0
