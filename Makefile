@@ -13,7 +13,7 @@ CLUSTER_PORT ?= 52416
 # A demo node on this machine only; LISTEN=0.0.0.0 to be reachable (and discoverable) on a LAN.
 LISTEN ?= 127.0.0.1
 
-.PHONY: run test setup sysdeps unit integration clean
+.PHONY: run test lint setup sysdeps unit integration clean
 
 setup: sysdeps $(STAMP)
 
@@ -74,8 +74,15 @@ run: setup
 	  fi; \
 	  wait $$node
 
-test: setup
+test: setup lint
 	$(PY) -m pytest -q tests
+
+# Both checkers must stay clean (configured in pyproject.toml).
+lint: setup
+	$(PY) -m ruff check .
+	@mkdir -p build/typecheck/skulk
+	@for p in wire cluster node supervisor services scripts; do ln -sfn ../../../$$p build/typecheck/skulk/$$p; done
+	$(PY) -m mypy
 
 unit: setup
 	$(PY) -m pytest -q tests/unit

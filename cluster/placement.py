@@ -146,7 +146,7 @@ def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str)
             return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "
                     f"needs ~{need / GIB:.1f}GB ({share / GIB:.1f}GB weights + {kv_share / GIB:.1f}GB "
                     f"KV@{KV_TOKENS}tok + runtime headroom) but can use {can / GIB:.1f}GB "
-                    + ("(90% of its GPU's memory)" if on_gpu(node) and node.accelerator.kind == "cuda"  # type: ignore[union-attr]
+                    + ("(90% of its GPU's memory)" if node.accelerator is not None and node.accelerator.kind == "cuda"
                        else "(min of available and 75% of RAM)"))
     return None
 
@@ -203,10 +203,14 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
         return PlacementError(400, f"No cycle of at least {cmd.min_nodes} node(s) computes on one kind of "
                                    f"device ({kinds}): the ranks of an instance must all use the same one")
     rings = alike
-    misfits, fitting = [], []
+    misfits: list[str] = []
+    fitting: list[tuple[str, ...]] = []
     for ring in rings:
         why = _misfit(card, ring, state, cmd.sharding)
-        (misfits if why else fitting).append(why or ring)
+        if why:
+            misfits.append(why)
+        else:
+            fitting.append(ring)
     if not fitting:
         return PlacementError(400, f"No candidate cycle fits {card.model_id} "
                                    f"({card.memory_bytes / GIB:.1f}GB of weights): " + "; ".join(misfits[:3]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
@@ -93,7 +94,7 @@ def _apply(state: State, event: object) -> State:
         return replace(state, restarting={**restarting, **({event.node_id: event.until} if event.until else {})})
     if isinstance(event, NodeTimedOut):
         gone = {i for i, inst in state.instances.items() if event.node_id in inst.node_to_runner}
-        runners = {r for i in gone for r in state.instances[i].runner_to_shard}
+        lost = {r for i in gone for r in state.instances[i].runner_to_shard}
         deleted = {**state.deleted, **{i: DeletionNote(
             model_id=state.instances[i].model_id, when=event.when, cause="node_lost",
             reason=f"lost with node {event.node_id} (timed out)") for i in sorted(gone)}}
@@ -104,7 +105,7 @@ def _apply(state: State, event: object) -> State:
             downloads={k: v for k, v in state.downloads.items() if k != event.node_id},
             catalog={k: v for k, v in state.catalog.items() if v.node_id != event.node_id},
             instances={k: v for k, v in state.instances.items() if k not in gone},
-            runners={k: v for k, v in state.runners.items() if k not in runners},
+            runners={k: v for k, v in state.runners.items() if k not in lost},
             tasks={k: v for k, v in state.tasks.items() if v.instance_id not in gone})
     raise TypeError(f"no reducer for {type(event).__name__}")
 
@@ -115,14 +116,14 @@ def _trim(deleted: dict[str, DeletionNote]) -> dict[str, DeletionNote]:
     return {i: n for i, n in deleted.items() if i in recent or n.instance is not None}
 
 
-def _note(state: State, instance_id: str, change) -> State:  # type: ignore[no-untyped-def]
+def _note(state: State, instance_id: str, change: Callable[[DeletionNote], DeletionNote]) -> State:
     note: DeletionNote | None = state.deleted.get(instance_id)
     if note is None:
         return state
     return replace(state, deleted={**state.deleted, instance_id: change(note)})
 
 
-def _task(state: State, task_id: str, change) -> State:  # type: ignore[no-untyped-def]
+def _task(state: State, task_id: str, change: Callable[[Task], Task]) -> State:
     task: Task | None = state.tasks.get(task_id)
     if task is None:
         return state

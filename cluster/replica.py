@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -181,7 +181,7 @@ def drain_bus(sub: zmq.Socket[Any], core: ReplicaCore) -> None:
 
 
 def _endpoint(sock: zmq.Socket[Any]) -> str:
-    return sock.getsockopt(zmq.LAST_ENDPOINT).decode(errors="replace")
+    return cast(bytes, sock.getsockopt(zmq.LAST_ENDPOINT)).decode(errors="replace")  # a bytes option
 
 
 def take_snapshot(dealer: zmq.Socket[Any], core: ReplicaCore) -> None:

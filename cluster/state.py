@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeAlias
 
 from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.wire.accelerator import Accelerator
@@ -316,9 +316,9 @@ class NodeGatheredInfo(Message):
     info: NodeInfo
 
 
-Event = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
-         | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting
-         | ConfigChanged | NodeDownloadUpdated | StagingPurged | NodeCatalogUpdated | TracingSet)
+Event: TypeAlias = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
+                    | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting
+                    | ConfigChanged | NodeDownloadUpdated | StagingPurged | NodeCatalogUpdated | TracingSet)
 EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, RunnerStatusUpdated, TaskCreated,
                TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut, NodeRestarting,
                ConfigChanged, NodeDownloadUpdated, StagingPurged, NodeCatalogUpdated, TracingSet)

@@ -58,10 +58,10 @@ def _fields(cls: type, prefix: str = "", base: Any = None) -> list[_Field]:
     for f in dataclasses.fields(cls):
         hint, optional, many = hints[f.name], False, False
         if typing.get_origin(hint) in (typing.Union, types.UnionType):
-            args = [a for a in typing.get_args(hint) if a is not type(None)]
-            if len(args) != 1:
+            members = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(members) != 1:
                 raise TypeError(f"{cls.__name__}.{f.name}: only `X | None` unions are arguments")
-            hint, optional = args[0], True
+            hint, optional = members[0], True
         if typing.get_origin(hint) is tuple:
             args = typing.get_args(hint)
             if len(args) != 2 or args[1] is not Ellipsis:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -152,8 +152,8 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_GROUP_CONNECT_DEADLINE_SECONDS": ("group_connect_deadline_s", float),
     "SKULK_LOGGING_EXTERNAL": ("log_json", bool),  # upstream: 1 => JSON to stdout for Vector
     "SKULK_LOGGING_INGEST_URL": ("log_ingest_url", str),
-    "SKULK_TRACING_ENABLED": ("tracing_enabled", bool),
-    "SKULK_CLUSTER_KEY_FILE": ("cluster_key_file", str),  # wire/curve.py: every TCP socket secured  # upstream: the initial cluster tracing state
+    "SKULK_TRACING_ENABLED": ("tracing_enabled", bool),  # upstream: the initial cluster tracing state
+    "SKULK_CLUSTER_KEY_FILE": ("cluster_key_file", str),  # wire/curve.py: every TCP socket secured
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -242,7 +242,7 @@ def validate(data: Any, home: Path, where: str = "config") -> NodeConfig:
 
 
 def load(home: Path | None = None, config_path: Path | None = None,
-         overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> NodeConfig:
+         overrides: dict[str, Any] | None = None, env: Mapping[str, str] | None = None) -> NodeConfig:
     """Build the node's config; `overrides` are command-line values (None = not given)."""
     env = os.environ if env is None else env
     home = (home or default_home()).expanduser().resolve()

@@ -63,7 +63,8 @@ def read_records(path: Path) -> list[tuple[float, bytes, bytes]]:
 def iter_records(path: Path) -> Iterator[tuple[float, bytes, bytes]]:
     """The whole records of one file, plain or gzip, read one at a time: a reader holds one
     record, never the file (`GET /events` read and decoded the whole active file, up to
-    `event_log.ring_mb`, per request: the API worker grew by hundreds of MiB). A torn or corrupt tail ends the iteration."""
+    `event_log.ring_mb`, per request: the API worker grew by hundreds of MiB). A torn or corrupt
+    tail ends the iteration."""
     try:
         fh = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
     except OSError:

@@ -147,7 +147,8 @@ def card_from_dir(directory: Path) -> ModelCard:
         raise ModelDirError(f"{directory.name}: unreadable config.json: {exc}") from None
     if not isinstance(config, dict):
         raise ModelDirError(f"{directory.name}: config.json is not an object")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    sub = config.get("text_config")
+    text: dict[str, Any] = sub if isinstance(sub, dict) else config
     weights = sorted(directory.glob("*.safetensors"))
     if not weights:
         raise ModelDirError(f"{directory.name}: no *.safetensors weights")

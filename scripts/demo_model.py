@@ -21,6 +21,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TypedDict
 
 MODEL_ID = "skulk/demo-tiny"
 DIR_NAME = "skulk--demo-tiny"
@@ -28,25 +29,42 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-ARCH = {"hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 768,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True}
-SIZES = {"tiny": ARCH,
-         # ~101M parameters (404 MB fp32): the benchmarks' "~100M model", same tokenizer.
-         "100m": {**ARCH, "hidden_size": 768, "num_hidden_layers": 16, "intermediate_size": 2048,
-                  "num_attention_heads": 12, "num_key_value_heads": 4,
-                  "max_position_embeddings": 4096},
-         # Llama-3-8B's shape (7.0B parameters, 14 GB in bf16) for GPU benchmarks: built on the
-         # device, never in the suite.
-         "8b": {**ARCH, "hidden_size": 4096, "num_hidden_layers": 32, "intermediate_size": 14336,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
-                "rope_theta": 500000.0, "tie_word_embeddings": False}}
+
+
+class Arch(TypedDict):
+    """A demo model's shape: the Qwen2 config keys it sets."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float
+    tie_word_embeddings: bool
+
+
+ARCH: Arch = {"hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 768,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True}
+SIZES: dict[str, Arch] = {
+    "tiny": ARCH,
+    # ~101M parameters (404 MB fp32): the benchmarks' "~100M model", same tokenizer.
+    "100m": {**ARCH, "hidden_size": 768, "num_hidden_layers": 16, "intermediate_size": 2048,
+             "num_attention_heads": 12, "num_key_value_heads": 4,
+             "max_position_embeddings": 4096},
+    # Llama-3-8B's shape (7.0B parameters, 14 GB in bf16) for GPU benchmarks: built on the
+    # device, never in the suite.
+    "8b": {**ARCH, "hidden_size": 4096, "num_hidden_layers": 32, "intermediate_size": 14336,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
+           "rope_theta": 500000.0, "tie_word_embeddings": False}}
 DTYPES = {"8b": "bfloat16"}
 """Stored dtype per size (float32 where not named)."""
 VOCAB_TARGET = 1024
 EMBED_ID = "skulk/demo-embed"
-EMBED_ARCH = {**ARCH, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
-              "num_attention_heads": 4, "num_key_value_heads": 2}
+EMBED_ARCH: Arch = {**ARCH, "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
+                    "num_attention_heads": 4, "num_key_value_heads": 2}
 KINDS = ("text", "embedding", "tools")
 
 

@@ -71,7 +71,7 @@ def run(ns: argparse.Namespace, home: Path) -> int:
     return 0
 
 
-def add_parser(model_sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+def add_parser(model_sub: argparse._SubParsersAction[argparse.ArgumentParser],
                handler: Callable[[argparse.Namespace], int]) -> None:
     add = model_sub.add_parser("add", help="add a model (a local directory, a GGUF file, or org/name "
                                "from Hugging Face) to the store, or to the node's models dir")

@@ -186,7 +186,7 @@ def logs(ns: argparse.Namespace) -> int:
                             "--no-pager"])
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     svc = sub.add_parser("service", help="run a node under systemd (Linux) or launchd (macOS)")
     verbs = svc.add_subparsers(dest="service_command", required=True)
     for name, fn, text in (("install", install, "write the unit and start it"),

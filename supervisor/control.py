@@ -89,7 +89,7 @@ def apply(cmd: AdminCommand, root: Supervisor, envelope: list[bytes],
     sup_found = root.find(cmd.supervisor or "runners")
     if sup_found is None or sup_found[1].alive() is False or isinstance(sup_found[1], WorkerSlot):
         return reply(root, now, False, f"no running supervisor {cmd.supervisor or 'runners'!r}")
-    sup = sup_found[1].sup  # type: ignore[union-attr]
+    sup = sup_found[1].sup
     assert sup is not None
     try:
         if cmd.verb == "start_child":

@@ -69,7 +69,7 @@ class _StopThen:
     """Stop `ids` one at a time (already in reverse start order), then run `then(now)`."""
 
     ids: list[str]
-    then: Callable[[float], None]
+    then: Callable[[float], object]  # its result is not used
     restarting: frozenset[str] = frozenset()
     current: str | None = None
 

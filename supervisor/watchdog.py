@@ -15,7 +15,8 @@ from typing import Literal
 
 from skulk.wire.events import LifecycleEvent
 
-Verdict = Literal[LifecycleEvent.READY_TIMEOUT, LifecycleEvent.HEARTBEAT_MISSED, LifecycleEvent.STEP_DEADLINE]
+Verdict = Literal[
+    LifecycleEvent.READY_TIMEOUT, LifecycleEvent.HEARTBEAT_MISSED, LifecycleEvent.STEP_DEADLINE]
 """Why a child is killed, told on the bus as the `ChildLifecycle` event of its kill."""
 
 

@@ -37,17 +37,17 @@ LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3}) \| \w+\s*\| [\w-]+:\d+\] (.
 
 
 def formed(nodes: list[BenchNode]) -> bool:
-    states = [n.state() for n in nodes]
-    if any(s is None for s in states):
+    states = [s for n in nodes if (s := n.state()) is not None]
+    if len(states) < len(nodes):
         return False
-    masters = {s["masterNodeId"] for s in states}  # type: ignore[index]
+    masters = {s["masterNodeId"] for s in states}
     return len(masters) == 1 and bool(next(iter(masters))) and \
-        all(len(s["nodeIdentities"]) == len(nodes) for s in states)  # type: ignore[index]
+        all(len(s["nodeIdentities"]) == len(nodes) for s in states)
 
 
 def log_times(path: Path, day: datetime.date) -> list[tuple[float, str]]:
     """(epoch seconds, message) of every line of one log file."""
-    out = []
+    out: list[tuple[float, str]] = []
     try:
         text = path.read_text(errors="replace")
     except OSError:

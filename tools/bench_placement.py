@@ -39,7 +39,7 @@ def main() -> int:
         from skulk.scripts.demo_model import build
 
         model_dir = build(root / "shared")
-        nodes = []
+        nodes: list[tuple[str, int, int]] = []  # (url, cluster port, api port)
         for i in range(2):
             home = root / f"n{i}"
             (home / "models").mkdir(parents=True)

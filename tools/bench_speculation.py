@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -49,7 +49,8 @@ def stream(url: str, prompt: str, tokens: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     first = last = None
-    text, usage = "", {}
+    text = ""
+    usage: dict[str, Any] = {}
     for raw in conn.getresponse():
         line = raw.strip()
         if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
@@ -80,7 +81,7 @@ def small_drafter(model_dir: Path, layers: int) -> Path:
     shutil.copytree(model_dir, out, ignore=shutil.ignore_patterns("*.safetensors"))
     weights: dict[str, Any] = {}
     for f in sorted(model_dir.glob("*.safetensors")):
-        weights.update(mx.load(str(f)))
+        weights.update(cast("dict[str, mx.array]", mx.load(str(f))))  # a .safetensors file loads as a dict
     keep = {k: v for k, v in weights.items()
             if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
     mx.save_safetensors(str(out / "model.safetensors"), keep, metadata={"format": "mlx"})
@@ -123,7 +124,8 @@ def main() -> int:
     small = small_drafter(model_dir, ns.small_layers)
     spec = {"num_draft_tokens": ns.draft_tokens}
     off = measure(root, model_dir, "plain", {}, ns)
-    modes = {"prompt lookup": measure(root, model_dir, "lookup", {"speculative": {**spec, "mode": "prompt_lookup"}}, ns),
+    modes = {"prompt lookup": measure(root, model_dir, "lookup",
+                                      {"speculative": {**spec, "mode": "prompt_lookup"}}, ns),
              "drafter: itself": measure(root, model_dir, "self", {"speculative": {**spec, "mode": "drafter",
                                                                                   "drafter": MODEL}}, ns),
              f"drafter: {ns.small_layers} layers": measure(

@@ -136,7 +136,8 @@ class Soak:
         start = FaultRecord(kind="(start)", node="", target="", at=time.monotonic())
         if not self.converge(start):
             raise RuntimeError(f"the cluster did not form: {start.problems}")
-        self.log(f"cluster formed with its layout in {start.converged_at - start.at:.1f}s")  # type: ignore[operator]
+        assert start.converged_at is not None  # `converge` sets it when it returns True
+        self.log(f"cluster formed with its layout in {start.converged_at - start.at:.1f}s")
         self.clients = Clients(self.cfg.clients, MODEL, self.targets, self.cfg.seed,
                                self.cfg.request_deadline_s).start()
         self.t_clients = time.monotonic()
@@ -165,7 +166,8 @@ class Soak:
             if not self.converge(fault):
                 self.log(f"NOT CONVERGED within {self.cfg.converge_s:.0f}s: {fault.problems}")
                 return
-            self.log(f"  converged {fault.converged_at - fault.at:.1f}s after the fault")  # type: ignore[operator]
+            assert fault.converged_at is not None  # `converge` sets it when it returns True
+            self.log(f"  converged {fault.converged_at - fault.at:.1f}s after the fault")
 
     def finish(self) -> Verdict:
         assert self.clients is not None
@@ -180,8 +182,8 @@ class Soak:
                 self.leaked.append(f"{node.name}: orderly stop ended with {code} (None: killed after 30s)")
         for node in self.nodes:
             self.reap(node, "after its orderly stop")
-        listening = {c.laddr.port for c in psutil.net_connections(kind="tcp")
-                     if c.status == psutil.CONN_LISTEN and c.laddr.port in self.ports and self.ours(c.pid)}
+        listening = {c.laddr.port for c in psutil.net_connections(kind="tcp")  # laddr: () when it has no address
+                     if c.laddr and c.status == psutil.CONN_LISTEN and c.laddr.port in self.ports and self.ours(c.pid)}
         verdict = judge(records, self.faults, self.cfg.promise_s, self.cfg.grace_s, self.leaked,
                         sorted(listening))
         if self.cfg.out:

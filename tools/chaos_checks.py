@@ -49,13 +49,14 @@ def membership_problems(views: list[NodeView]) -> list[str]:
             problems.append(f"{v.name}: no /node_id or /state answer")
     if problems:
         return problems
-    masters = {v.state["masterNodeId"] for v in views}  # type: ignore[index]
+    answered = [(v, v.state) for v in views if v.state is not None]  # every view: checked above
+    masters = {state["masterNodeId"] for _, state in answered}
     if len(masters) != 1 or not next(iter(masters)):
         problems.append(f"masters disagree: {sorted(map(str, masters))}")
     elif next(iter(masters)) not in ids:
         problems.append(f"master {next(iter(masters))} is not a live node")
-    for v in views:
-        members = set(v.state["nodeIdentities"])  # type: ignore[index]
+    for v, state in answered:
+        members = set(state["nodeIdentities"])
         if members != ids:
             problems.append(f"{v.name}: members {sorted(members)} != live nodes {sorted(map(str, ids))}")
     return problems

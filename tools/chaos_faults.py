@@ -20,7 +20,7 @@ from tools.chaos_checks import ROLES
 from tools.chaos_nodes import ChaosNode, Proc, signal_proc
 
 
-class Kind(str, enum.Enum):
+class Kind(enum.StrEnum):
     KILL_ROLE = "kill_role"
     STOP_ROLE = "stop_role"
     KILL_RUNNER = "kill_runner"

@@ -35,7 +35,8 @@ CLI = (sys.executable, "-m", "skulk.scripts.cli")
 
 def start_node(root: Path) -> tuple[subprocess.Popen[bytes], Path, int, int]:
     """A node serving the demo model: (process, home, api port, cluster port)."""
-    subprocess.run([*CLI, "model", "demo", "--kind", "tiny", "--home", str(root / "demo")], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*CLI, "model", "demo", "--kind", "tiny", "--home", str(root / "demo")],
+                   check=True, stdout=subprocess.DEVNULL)
     home = root / "node"
     (home / "models").mkdir(parents=True)
     (home / "models" / "skulk--demo-tiny").symlink_to(root / "demo" / "models" / "skulk--demo-tiny")

@@ -20,7 +20,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import requests
@@ -28,6 +28,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hseed
 from hypothesis.errors import Unsatisfiable
+from schemathesis.core.result import Err, Ok
 from schemathesis.generation import GenerationMode
 
 from skulk.services.api.errors import ERROR_SCHEMAS, error_shape
@@ -39,6 +40,8 @@ KEEPALIVE_S = 1.5
 """Below gunicorn's keep-alive (2 s): a connection idle longer may be closed as it is reused."""
 BUDGET_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict")
 BUDGET_CAP, BUDGET_CUT_ABOVE = 32, 4096
+T = TypeVar("T")
+E = TypeVar("E", bound=Exception)
 
 
 @dataclass
@@ -79,6 +82,13 @@ def _bounded(body: Any) -> Any:
     return body
 
 
+def _ok(result: Ok[T] | Err[E]) -> T:
+    """An operation of the document; one it declares wrongly stops the fuzzer with schemathesis's reason."""
+    if isinstance(result, Err):
+        raise result.err()
+    return result.ok()
+
+
 class HttpFuzzer:
     def __init__(self, base_url: str, seed: int, counts: HttpCounts | None = None) -> None:
         self.base = base_url.rstrip("/")
@@ -89,7 +99,7 @@ class HttpFuzzer:
         doc = self.session.get(f"{self.base}/api/openapi.json", timeout=TIMEOUT_S).json()
         self.schema = schemathesis.openapi.from_dict(doc)  # (from_url leaves out the document's own route)
         self.schema.config.generation.update(max_examples=1000)  # the driver bounds each run itself
-        self.operations = [r.ok() for r in self.schema.get_all_operations()]
+        self.operations = [_ok(r) for r in self.schema.get_all_operations()]
 
     def send(self, label: str, method: str, path: str, **kw: Any) -> None:
         """One request; a failure is recorded, never raised (a run collects them all)."""

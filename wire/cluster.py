@@ -7,7 +7,7 @@ dropped. A hello from another namespace is refused (clusters never merge).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 from skulk.cluster.state import Event, IndexedEvent, NodeInfo, State
 from skulk.wire.commands import MasterCommand, Reply
@@ -113,11 +113,15 @@ class RunnerLoad(Message):
     waiting: int
 
 
+ForwardableCommand: TypeAlias = MasterCommand | SetConfig | PurgeStaging | SetTracing
+"""What a follower's master hands its leader: every command but `RestartNode` (sent to its target node)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardCommand(Message):
     TYPE: ClassVar[str] = "cluster.forward_command"
     node_id: str
-    command: MasterCommand | SetConfig | PurgeStaging | SetTracing
+    command: ForwardableCommand
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -194,7 +194,7 @@ def secure_server(sock: zmq.Socket[Any]) -> None:
     keys = _active
     if keys is None:
         return
-    _ensure_authenticator(sock.context, keys)  # type: ignore[arg-type]
+    _ensure_authenticator(sock.context, keys)
     sock.curve_secretkey = keys.current.secret
     sock.curve_publickey = keys.current.public
     sock.curve_server = True
@@ -302,8 +302,9 @@ class Refusals:
 
 refusals = Refusals()
 
-_FAILED = {zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed",
-           zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "not a CurveZMQ client of this cluster (wrong or no cluster key)"}
+_FAILED: dict[int, str] = {
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "not a CurveZMQ client of this cluster (wrong or no cluster key)"}
 """What the monitor reports: handshakes that never reached ZAP (no key, or not this server's key).
 The monitor knows only the listening address; a key ZAP refuses is logged by ZAP, with the peer's."""
 

@@ -53,7 +53,7 @@ def _scalar(expected: type, name: str) -> Converter:
             raise FieldTypeError(f"{where}: expected int, got bool")
         if not isinstance(value, expected):
             raise FieldTypeError(f"{where}: expected {name}, got {type(value).__name__}")
-        if expected is int and not INT_MIN <= value <= INT_MAX:
+        if expected is int and isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
             raise FieldTypeError(f"{where}: integer out of range")
         return value
 

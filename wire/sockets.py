@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -153,6 +153,6 @@ def _sender(sock: zmq.Socket[Any], exc: WireError) -> str:
     if isinstance(exc, RoutedDecodeError):
         return peer_of(exc.envelope)
     try:
-        return sock.getsockopt(zmq.LAST_ENDPOINT).decode(errors="replace")
+        return cast(bytes, sock.getsockopt(zmq.LAST_ENDPOINT)).decode(errors="replace")  # a bytes option
     except zmq.ZMQError:
         return ""

@@ -41,6 +41,7 @@ from skulk.wire.control import ChildReady
 from skulk.wire.sockets import make_socket, send
 
 log = logging.getLogger("skulk.api")
+DEFAULT_LIMITS = Limits()  # frozen: one shared default is safe
 
 
 def use_skulk_titles(title: str) -> None:
@@ -49,7 +50,7 @@ def use_skulk_titles(title: str) -> None:
     def set_title(gunicorn_title: str) -> None:
         setproctitle(f"skulk: {title}" + (" worker" if gunicorn_title.startswith("worker") else ""))
 
-    gunicorn.util._setproctitle = set_title  # type: ignore[attr-defined]
+    gunicorn.util._setproctitle = set_title
 
 
 class SupervisedArbiter(Arbiter):
@@ -108,7 +109,7 @@ class ApiApplication(BaseApplication):
                  graceful_s: float, node_id: str, timing: StreamTiming, config_file: str = "",
                  store: ModelStoreConfig | None = None, staging_root: Path | None = None,
                  listen: str = "0.0.0.0", namespace: str = "skulk", keys: tuple[ApiKey, ...] = (),
-                 open_admin: bool = False, client_limits: Limits = Limits()) -> None:
+                 open_admin: bool = False, client_limits: Limits = DEFAULT_LIMITS) -> None:
         self.runtime = runtime
         self.keys, self.open_admin, self.client_limits = keys, open_admin, client_limits
         self.namespace = namespace

@@ -65,7 +65,8 @@ def build_app(deps: Deps, routes: tuple[Route, ...] = ROUTES) -> falcon.App:
     scopes = {path: route.scope for route in routes for path in route.paths}
     generation = {(path, method): op.generation for route in routes for path in route.paths
                   for method, op in route.ops.items()}
-    app = falcon.App(cors_enable=True, middleware=[  # who may call it (`auth.py`), then how much (`limits.py`)
+    # the middleware: who may call it (`auth.py`), then how much (`limits.py`)
+    app: falcon.App[falcon.Request, falcon.Response] = falcon.App(cors_enable=True, middleware=[
         AuthMiddleware(Policy(deps.keys, deps.open_admin, deps.listen), scopes, lambda: other_nodes(deps)),
         LimitsMiddleware(deps.limits, generation),
         DrainMiddleware(deps.limits.max_body_bytes)])  # a body left unread must not cost the connection

@@ -5,7 +5,8 @@ admin). With `api.keys` configured every non-public route needs a key (`Authoriz
 <key>`, or `x-api-key: <key>` as the Anthropic SDK sends it): none or an unknown one is a 401,
 one whose scope is too small a 403. Without keys, a node listening on loopback serves everyone
 who can reach it (only this machine's clients); a node listening on another address still
-serves inference to all, but admin routes only to clients on this machine (loopback) and to the
+serves inference to all, but admin routes only to clients on this machine (loopback, or any of
+the machine's own addresses: a client there connects from the address it dialled) and to the
 cluster's other nodes (their cluster views ask this node's diagnostics and traces) unless the
 operator sets `api.open_admin: true`. The decision is `decide` (pure); `AuthMiddleware` applies
 it, and hands the caller's key on to the peers a cluster view asks (`peers.FORWARDED`).
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import falcon
+import psutil
 
 from skulk.node.api_keys import ApiKey, Scope, find
 from skulk.services.api.peers import FORWARDED
@@ -78,6 +81,12 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(plain_address(address).split("%", 1)[0]).is_loopback
     except ValueError:
         return False
+
+
+def machine_addresses() -> frozenset[str]:
+    """Every address of this machine's interfaces, read now (addresses come and go)."""
+    return frozenset(plain_address(a.address.split("%", 1)[0]) for addrs in psutil.net_if_addrs().values()
+                     for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
 
 
 def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:
@@ -142,14 +151,17 @@ class AuthMiddleware:
     read). The matched key, if any, is left in `req.context.api_key` for the stream limits."""
 
     def __init__(self, policy: Policy, scopes: Mapping[str, Scope],
-                 other_nodes: Callable[[], frozenset[str]] = frozenset) -> None:
+                 other_nodes: Callable[[], frozenset[str]] = frozenset,
+                 own_addresses: Callable[[], frozenset[str]] = machine_addresses) -> None:
         self.policy = policy
         self.scopes = scopes  # by path template (every alias listed)
         self.other_nodes = other_nodes  # the addresses the cluster's other nodes advertise (from the state)
+        self.own_addresses = own_addresses
 
     def _local(self, address: str) -> bool:
-        """This machine, or another node of the cluster (asked only where it matters: no keys)."""
-        if is_loopback(address):
+        """This machine (at any of its addresses), or another node of the cluster (asked only
+        where it matters: no keys)."""
+        if is_loopback(address) or plain_address(address) in self.own_addresses():
             return True
         return not self.policy.keys and plain_address(address) in self.other_nodes()
 

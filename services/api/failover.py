@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeGuard
 
 from skulk.services.api.gateway import Gateway
 from skulk.wire.commands import CommandRejected, RejectReason, Reply
@@ -33,7 +34,7 @@ RETRY_PAUSE_S = 0.2
 become a loop hammering the master for the whole wait."""
 
 
-def again(reply: Reply, started: float, now: float, budget_s: float = FAILOVER_WAIT_S) -> bool:
+def again(reply: Reply, started: float, now: float, budget_s: float = FAILOVER_WAIT_S) -> TypeGuard[CommandRejected]:
     """Whether to route once more (pure): a leader-change refusal, within the budget."""
     return isinstance(reply, CommandRejected) and reply.reason in LEADER_CHANGE and now - started < budget_s
 
@@ -47,6 +48,5 @@ def route(gateway: Gateway, make: Callable[[], Message], clock: Callable[[], flo
         reply = gateway.command(make())
         if not again(reply, started, clock()):
             return reply
-        log.info("routing again: %s (%s); waiting for the next leader", reply.reason,  # type: ignore[union-attr]
-                 reply.message)  # type: ignore[union-attr]
+        log.info("routing again: %s (%s); waiting for the next leader", reply.reason, reply.message)
         pause(RETRY_PAUSE_S)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -112,7 +112,7 @@ class Gateway:
             send(sock, cmd)
             if sock.poll(int(timeout * 1000), zmq.POLLIN):
                 try:
-                    return recv(sock)  # type: ignore[return-value]
+                    return cast(Reply, recv(sock))  # the master's REP answers every command with a Reply
                 except WireError as exc:
                     raise MasterUnavailable(f"bad reply from the master: {exc}") from None
             sock.close(0)  # REQ is stuck after a lost reply: reopen (Lazy Pirate)
@@ -325,11 +325,12 @@ class Gateway:
         runner_lost = FailReason.RUNNER_FAILED
         inst = state.instances.get(instance_id)
         if inst is None:
-            cause = note.cause if (note := state.deleted.get(instance_id)) else ""
+            note = state.deleted.get(instance_id)
+            cause = note.cause if note else ""
             if cause == "operator":
                 return FailReason.INSTANCE_DELETED, INSTANCE_DELETED
-            if cause == "runner_failed":  # deleted to be re-created
-                return runner_lost, RUNNER_LOST.format(detail=note.reason)  # type: ignore[union-attr]
+            if note and cause == "runner_failed":  # deleted to be re-created
+                return runner_lost, RUNNER_LOST.format(detail=note.reason)
             return FailReason.INSTANCE_LOST, INSTANCE_LOST
         if self.replica.departed.intersection(inst.node_to_runner):
             return FailReason.INSTANCE_LOST, INSTANCE_LOST

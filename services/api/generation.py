@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeAlias, cast
 
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import TaskParams
@@ -47,18 +48,18 @@ from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, To
 
 log = logging.getLogger("skulk.api.generation")
 
-Event = KeepAlive | Progress | TokenChunk | Done | Failed
+Event: TypeAlias = KeepAlive | Progress | TokenChunk | Done | Failed
 """What a stream yields after admission: keep-alives, prefill progress, tokens, then exactly
 one `Done` or `Failed`."""
 
-FAIL_STATUS = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400,
-               FailReason.BAD_REQUEST: 400, FailReason.SESSION_CHANGED: 503,
-               FailReason.CANCELLED: 499}
+FAIL_STATUS: dict[str, int] = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400,
+                               FailReason.BAD_REQUEST: 400, FailReason.SESSION_CHANGED: 503,
+                               FailReason.CANCELLED: 499}
 """The HTTP status of a failure, by its reason (anything else: 500, in the error envelope)."""
 
 
 def fail_status(reason: str) -> int:
-    return FAIL_STATUS.get(reason, 500)  # type: ignore[call-overload]
+    return FAIL_STATUS.get(reason, 500)
 
 
 class GenerationError(Exception):
@@ -239,9 +240,9 @@ class Generation:
             prompt_tokens = first.prompt_tokens
             if trace is not None:
                 trace.admitted(prompt_tokens)
-            rest: Iterator[Event] = itertools.chain(quiet, events)  # type: ignore[arg-type]
+            rest: Iterator[object] = itertools.chain(quiet, events)
         else:
-            rest = itertools.chain(quiet, [first], events)  # type: ignore[list-item]
+            rest = itertools.chain(quiet, [first], events)
         return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest))
 
     def finished(self, routed: Routed, outcome: Done | Failed | None) -> None:
@@ -272,7 +273,7 @@ def _describe(outcome: Done | Failed) -> str:
 def _without_started(events: Iterator[object]) -> Iterator[Event]:
     for event in events:
         if not isinstance(event, Started):
-            yield event  # type: ignore[misc]
+            yield cast(Event, event)  # a runner's reply stream is Started, then `Event`s (`Gateway.stream`)
 
 
 def collect(stream: Stream) -> tuple[list[TokenChunk], Done | Failed]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -89,7 +90,7 @@ class StreamSlots:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                     continue
                 raise
-            return _once(lambda: os.close(fd))
+            return _once(functools.partial(os.close, fd))
         return None
 
 
@@ -192,6 +193,7 @@ class LimitsMiddleware:
         else:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
+        assert isinstance(resp.stream, Iterable), "a generation's body is an iterable (`StreamBody`), not a file"
         resp.stream = WatchedStream(resp.stream, sock, self.limits.write_timeout_s, release,
                                     f"{req.method} {req.path}")
 

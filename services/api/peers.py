@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from skulk.cluster.state import State
@@ -25,7 +27,7 @@ PEER_TIMEOUT_S = 2.0
 """A peer that has not answered in this long counts as unreachable (an operator's page must not
 wait on a frozen node)."""
 MAX_PEER_BODY = 32 << 20
-FORWARDED: ContextVar[dict[str, str]] = ContextVar("skulk_peer_credentials", default={})
+FORWARDED: ContextVar[Mapping[str, str]] = ContextVar("skulk_peer_credentials", default=MappingProxyType({}))
 """The current request's credentials (`{"Authorization": "Bearer <key>"}`, or none), set for every
 routed request by `auth.AuthMiddleware`; `ask` sends them to the peer."""
 
@@ -63,7 +65,7 @@ def peers_of(state: State | None, self_id: str) -> list[Peer]:
 
 
 def ask(peer: Peer, path: str, timeout: float = PEER_TIMEOUT_S, method: str = "GET",
-        body: Any = None, credentials: dict[str, str] | None = None) -> PeerAnswer:
+        body: Any = None, credentials: Mapping[str, str] | None = None) -> PeerAnswer:
     """One request to one peer; every failure becomes `PeerAnswer.error`, never an exception.
     `credentials`: the caller's (default: the current request's, `FORWARDED`)."""
     data = None if body is None else json.dumps(body).encode()

@@ -8,11 +8,14 @@ torch dependency, JSON Schema support) compiles the schema here, so an unusable 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skulk.services.api.errors import ApiError
 
-COMPACT = {"whitespace_flexible": False}
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # declared in llguidance's stub only
+
+COMPACT: JsonCompileOptions = {"whitespace_flexible": False}
 """No free whitespace between JSON tokens: a weak model could otherwise spend its whole budget
 on blank lines inside a valid prefix."""
 

@@ -208,7 +208,7 @@ def chrome(spans: list[Span], source_nodes: list[NodeRef], other: Mapping[str, A
     lanes = sorted({(s["nodeId"], *lane(s)) for s in spans})
     pids = {key: pid for pid, key in enumerate(lanes, start=1)}
     events: list[dict[str, Any]] = []
-    for (node_id, order, label), pid in pids.items():
+    for (node_id, _order, label), pid in pids.items():
         node = names.get(node_id) or node_id or "unknown node"
         events += [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": f"{node} {label}"}},
                    {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}},

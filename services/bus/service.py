@@ -2,8 +2,9 @@
 
 Publishers' frames go XSUB -> XPUB and, copied, to the capture PUB; subscriptions go back
 XPUB -> XSUB; the bus itself subscribes to every `evt.` topic so that the capture (the tap)
-sees everything, whatever the other subscribers want. Every send is non-blocking: PUB/SUB drops at the high-water mark, so a slow or
-frozen subscriber (a stopped `skulk tap`) never slows the node. Each wake-up forwards at most
+sees everything, whatever the other subscribers want. Every send is non-blocking: PUB/SUB
+drops at the high-water mark, so a slow or frozen subscriber (a stopped `skulk tap`) never
+slows the node. Each wake-up forwards at most
 `BATCH` frames so a flood cannot starve the heartbeat.
 """
 

@@ -59,8 +59,8 @@ class CatchUp(Generic[Item]):
         if session == self.session and idx <= self.idx:
             return Step()  # heard again (a catch-up and the bus both brought it)
         if self.asked_at is not None and session != self.session:
-            step = self._finish()  # the session changed under the catch-up: go on from here
-            return _joined(step, self.on_event(session, idx, item, now))
+            finished = self._finish()  # the session changed under the catch-up: go on from here
+            return _joined(finished, self.on_event(session, idx, item, now))
         if self.asked_at is None and idx == self._next(session):
             if session != self.session:
                 self.target = -1

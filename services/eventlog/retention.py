@@ -6,6 +6,8 @@ appends) bound the log's disk use; every one is configurable so tests use small 
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from skulk.node.role_args import EventlogArgs
 
 RECORDED = (b"evt.state.event.", b"evt.supervisor.")
@@ -17,7 +19,7 @@ REFRESHES = (b"evt.state.event.node_gathered_info",)
 """A node's info is re-sent every 10 s (memory readings): recorded once per node and process."""
 
 
-Retention = EventlogArgs
+Retention: TypeAlias = EventlogArgs
 """The numbers this module decides with are the eventlog role's arguments, declared there."""
 
 

@@ -17,6 +17,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from skulk.node.eventlog_files import ACTIVE, MODE_FILE, MODE_FILE_BYTES, read_records, record_bytes
 from skulk.services.eventlog.retention import Retention, archives_to_prune, below_floor
@@ -30,7 +31,7 @@ class Segment:
         self.path = directory / ACTIVE
         self.appended = 0
         self.degraded = ""  # why it is counting only ("" while writing)
-        self._fh = None
+        self._fh: BinaryIO | None = None
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._archive_previous()

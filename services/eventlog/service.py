@@ -13,7 +13,7 @@ from typing import Any
 
 import zmq
 
-from skulk.cluster.state import IndexedEvent, StateHead
+from skulk.cluster.state import IndexedEvent, NodeGatheredInfo, StateHead
 from skulk.node import metrics
 from skulk.node.eventlog_files import iter_records, log_files
 from skulk.services.base import ServiceLoop
@@ -41,9 +41,12 @@ Frame = tuple[bytes, bytes]  # (topic, payload), as recorded
 def _node_of(payload: bytes) -> str:
     """The node a refreshed node-info event is about ("" when unreadable: recorded once)."""
     try:
-        return str(decode(payload).event.info.node_id)  # type: ignore[attr-defined]
-    except (WireError, AttributeError):
+        msg = decode(payload)
+    except WireError:
         return ""
+    if isinstance(msg, IndexedEvent) and isinstance(msg.event, NodeGatheredInfo):
+        return str(msg.event.info.node_id)
+    return ""
 
 
 SCAN_FILES = 2

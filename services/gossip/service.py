@@ -26,6 +26,7 @@ from skulk.node.eventlog_files import read_mode
 from skulk.node.model_store import same_name
 from skulk.node.role_args import GossipArgs
 from skulk.services.base import ServiceLoop
+from skulk.services.gossip.discovery import broadcast_targets, interfaces
 from skulk.services.gossip.names import Clash, Named, judge
 from skulk.services.gossip.peers import (
     PeerTable,
@@ -90,6 +91,7 @@ class Gossip:
         self.args = args
         self.ns_hash = namespace_hash(args.namespace)
         self.addresses = local_addresses(args.listen)
+        self.announcing: list[tuple[str, str]] | None = None  # where LAN discovery last announced
         self.table = PeerTable(args.node_id, args.peer_timeout)
         self.router = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME,
                                   bind=f"tcp://{args.listen}:{args.port}")
@@ -316,11 +318,19 @@ class Gossip:
             return None
 
     def announce(self, udp: socket.socket) -> None:
+        """One datagram per interface the node listens on, to its directed broadcast address
+        (`discovery.py`); the interfaces are read each time (a link goes down, comes back)."""
+        targets = broadcast_targets(self.args.listen, interfaces())
+        if targets != self.announcing:
+            self.announcing = targets
+            log.info("gossip: LAN discovery announces on %s", ", ".join(f"{ip} ({name})" for ip, name in targets)
+                     or "no interface (none up with a broadcast address)")
         payload = announcement(self.ns_hash, self.args.node_id, self.args.port)
-        try:
-            udp.sendto(payload, ("255.255.255.255", self.args.discovery_port))
-        except OSError:
-            pass
+        for target, _name in targets:
+            try:
+                udp.sendto(payload, (target, self.args.discovery_port))
+            except OSError:  # the interface went away since it was read: next time
+                pass
 
     def on_discovery(self, udp: socket.socket) -> None:
         for _ in range(64):

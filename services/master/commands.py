@@ -11,6 +11,7 @@ from skulk.cluster.state import (
     DELETED_BY_OPERATOR,
     OPEN_STATUSES,
     Cause,
+    Event,
     Instance,
     InstanceCreated,
     InstanceDeleted,
@@ -56,7 +57,7 @@ log = logging.getLogger("skulk.master")
 @dataclass(frozen=True, slots=True)
 class Outcome:
     reply: Reply
-    events: list[Message] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
 
 def _open_tasks(state: State, instance_ids: set[str]) -> list[Task]:
@@ -64,13 +65,13 @@ def _open_tasks(state: State, instance_ids: set[str]) -> list[Task]:
 
 
 def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause,
-                  recreate_at: float = 0.0) -> list[Message]:
+                  recreate_at: float = 0.0) -> list[Event]:
     """End the instance's open tasks, then delete it: an operator's delete cancels them; a
     failed runner fails them with upstream's runner-shutdown message (their API threads have
     usually ended the streams already; the events are the record)."""
     if cause == "operator":
-        ends: list[Message] = [TaskStatusUpdated(task_id=t.task_id, status=TaskStatus.CANCELLED)
-                               for t in _open_tasks(state, {instance_id})]
+        ends: list[Event] = [TaskStatusUpdated(task_id=t.task_id, status=TaskStatus.CANCELLED)
+                             for t in _open_tasks(state, {instance_id})]
     else:
         ends = [TaskFailed(task_id=t.task_id, error_type=FailReason.RUNNER_FAILED,
                            error_message=RUNNER_LOST.format(detail=reason))
@@ -79,7 +80,7 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
                                    recreate_at=recreate_at)]
 
 
-def node_lost_events(state: State, node_id: str, when: float) -> list[Message]:
+def node_lost_events(state: State, node_id: str, when: float) -> list[Event]:
     """Upstream's order: `TaskFailed(instance_lost)` for every open task of an instance on the
     node, then `NodeTimedOut` (which removes the node, its instances and their tasks)."""
     log.warning("node %s timed out; removing it and its instances", node_id)
@@ -157,8 +158,8 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str], wall: float,
     if isinstance(cmd, SnapshotRequest):
         return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
     if isinstance(cmd, SetTracing):  # new tasks carry the flag from the next one on
-        events = [] if cmd.enabled == state.tracing_enabled else [TracingSet(enabled=cmd.enabled)]
-        return Outcome(CommandAccepted(command_id=cmd.command_id), events)
+        told: list[Event] = [] if cmd.enabled == state.tracing_enabled else [TracingSet(enabled=cmd.enabled)]
+        return Outcome(CommandAccepted(command_id=cmd.command_id), told)
     if isinstance(cmd, PurgeStaging):  # every node's worker purges when it applies the event
         return Outcome(CommandAccepted(command_id=cmd.command_id),
                        [StagingPurged(command_id=cmd.command_id, model_id=cmd.model_id)])
@@ -192,15 +193,15 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str], wall: float,
                               endpoint=found.endpoint, trace=task.trace), [TaskCreated(task=task)])
     if isinstance(cmd, (TaskCancelled, TaskFinished)):
         target = cmd.cancelled_command_id if isinstance(cmd, TaskCancelled) else cmd.finished_command_id
-        task = _task_of_command(state, target)
-        events: list[Message] = []
-        if task is not None:
+        ended = _task_of_command(state, target)
+        events: list[Event] = []
+        if ended is not None:
             if isinstance(cmd, TaskCancelled):
-                events.append(TaskStatusUpdated(task_id=task.task_id, status=TaskStatus.CANCELLED))
-            elif cmd.failed and task.status != TaskStatus.FAILED:  # the API saw it first: the record says so
-                events.append(TaskFailed(task_id=task.task_id, error_type=cmd.reason or FailReason.ENGINE_ERROR,
+                events.append(TaskStatusUpdated(task_id=ended.task_id, status=TaskStatus.CANCELLED))
+            elif cmd.failed and ended.status != TaskStatus.FAILED:  # the API saw it first: the record says so
+                events.append(TaskFailed(task_id=ended.task_id, error_type=cmd.reason or FailReason.ENGINE_ERROR,
                                          error_message=cmd.error_message))
-            events.append(TaskDeleted(task_id=task.task_id))
+            events.append(TaskDeleted(task_id=ended.task_id))
         return Outcome(CommandAccepted(command_id=cmd.command_id), events)
     return Outcome(CommandRejected(command_id=cmd.command_id if isinstance(cmd, Command) else "", status=400,
                                    message=f"{cmd.TYPE} is not a command"))

@@ -9,17 +9,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from skulk.cluster.state import State
+from skulk.cluster.state import Event, State
 from skulk.node import config_file
 from skulk.node.config import ConfigError
 from skulk.wire.commands import CommandAccepted, CommandRejected, RejectReason, Reply
 from skulk.wire.config_sync import MAX_CONFIG_BYTES, ClusterConfig, ConfigChanged, SetConfig
-from skulk.wire.message import Message
 
 log = logging.getLogger("skulk.master")
 
 
-def set_config(state: State, cmd: SetConfig, now: float) -> tuple[Reply, list[Message]]:
+def set_config(state: State, cmd: SetConfig, now: float) -> tuple[Reply, list[Event]]:
     """Leader: accept a config as the next version, validated again as the node would at start
     (a 422 naming the key otherwise) and with any secret stripped, whoever sent it."""
     try:

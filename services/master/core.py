@@ -28,6 +28,7 @@ from skulk.services.master.shared import Shared
 from skulk.wire.cluster import (
     Campaign,
     EventBatch,
+    ForwardableCommand,
     ForwardCommand,
     ForwardedReply,
     LeaderAnnounce,
@@ -220,6 +221,7 @@ class MasterCore:
         elif s.leading:
             self._answer(envelope, self.leader.execute(cmd))
         else:
+            assert isinstance(cmd, ForwardableCommand), f"{cmd.TYPE}: every command but RestartNode is forwardable"
             s.desk.hold(cmd.command_id, envelope, cmd, s.now.mono)
             self.follower.forward(cmd.command_id)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from skulk.wire.commands import SESSION_CHANGED, CommandRejected, RejectReason
-from skulk.wire.message import Command, Message
+from skulk.wire.cluster import ForwardableCommand
+from skulk.wire.commands import SESSION_CHANGED, CommandRejected, RejectReason, Reply
 
 REPLY_CACHE = 1024
 FORWARD_DEADLINE_S = 4.0
@@ -18,24 +18,24 @@ FORWARD_DEADLINE_S = 4.0
 class Held:
     envelope: list[bytes] | None  # None: a command of the master itself (--place)
     deadline: float
-    command: Command
+    command: ForwardableCommand
 
 
 @dataclass
 class CommandDesk:
-    replies: OrderedDict[str, Message] = field(default_factory=OrderedDict)
+    replies: OrderedDict[str, Reply] = field(default_factory=OrderedDict)
     held: dict[str, Held] = field(default_factory=dict)
 
-    def cached(self, command_id: str) -> Message | None:
+    def cached(self, command_id: str) -> Reply | None:
         return self.replies.get(command_id) if command_id else None
 
-    def remember(self, command_id: str, reply: Message) -> None:
+    def remember(self, command_id: str, reply: Reply) -> None:
         if command_id:
             self.replies[command_id] = reply
             while len(self.replies) > REPLY_CACHE:
                 self.replies.popitem(last=False)
 
-    def hold(self, command_id: str, envelope: list[bytes] | None, command: Command, now: float) -> None:
+    def hold(self, command_id: str, envelope: list[bytes] | None, command: ForwardableCommand, now: float) -> None:
         self.held[command_id] = Held(envelope, now + FORWARD_DEADLINE_S, command)
 
     def expired(self, now: float) -> list[tuple[list[bytes] | None, CommandRejected]]:

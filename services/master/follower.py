@@ -73,4 +73,4 @@ class Follower:
     def forward(self, command_id: str) -> None:
         s = self.s
         if (held := s.desk.held.get(command_id)) is not None:
-            s.to_leader(ForwardCommand(node_id=s.node_id, command=held.command))  # type: ignore[arg-type]
+            s.to_leader(ForwardCommand(node_id=s.node_id, command=held.command))

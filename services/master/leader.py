@@ -5,10 +5,11 @@ make due re-creations, judge the nodes. Pure: it only appends effects to `Shared
 from __future__ import annotations
 
 import logging
+from typing import TypeAlias
 
 from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.cluster.reducer import apply
-from skulk.cluster.state import IndexedEvent, NodeRestarting, RunnerKind, RunnerStatusUpdated
+from skulk.cluster.state import Event, IndexedEvent, NodeRestarting, RunnerKind, RunnerStatusUpdated
 from skulk.services.master.commands import handle
 from skulk.services.master.effects import Answer, Channel, SyncConfig, TraceRoute
 from skulk.services.master.failures import RecoveryPolicy
@@ -22,7 +23,7 @@ from skulk.wire.staging import NodeDownloadUpdated
 
 log = logging.getLogger("skulk.master")
 
-OwnFact = RunnerStatusUpdated | NodeRestarting | NodeDownloadUpdated | NodeCatalogUpdated
+OwnFact: TypeAlias = RunnerStatusUpdated | NodeRestarting | NodeDownloadUpdated | NodeCatalogUpdated
 """A node's own fact: its runners' statuses, its restart mark, its copies and its models."""
 
 
@@ -40,14 +41,14 @@ class Leader:
         s.to_peers(s.election.announce(-1))
         self.refresh_nodes(force=True)
 
-    def emit(self, events: list[Message]) -> None:
+    def emit(self, events: list[Event]) -> None:
         """Index, apply, publish locally, push to followers."""
         s = self.s
         assert s.log is not None, "only a leader emits"
         batch = []
         for event in events:
             indexed = IndexedEvent(idx=s.state.last_event_applied_idx + 1, session=s.state.session,
-                                   event=event)  # type: ignore[arg-type]  # every event the reducer takes
+                                   event=event)
             s.state = apply(s.state, indexed)
             s.publish(indexed)
             s.log.append(indexed)

@@ -10,16 +10,15 @@ import logging
 from collections.abc import Callable
 
 from skulk.cluster.placement import PlacementError, place
-from skulk.cluster.state import InstanceCreated, RecreationAbandoned, RunnerStatus, State
+from skulk.cluster.state import Event, InstanceCreated, RecreationAbandoned, RunnerStatus, State
 from skulk.services.master.commands import delete_events, place_again
 from skulk.services.master.failures import GiveUp, RecoveryPolicy, lineage_failures, verdict
-from skulk.wire.message import Message
 
 log = logging.getLogger("skulk.master")
 
 
 def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float,
-                  policy: RecoveryPolicy) -> list[Message]:
+                  policy: RecoveryPolicy) -> list[Event]:
     """The events that delete the failed runner's instance (none if it has none, or if its own
     node stopped it: the plan, a shutdown, a restart); `now` is the wall clock, shared by every
     leader's reading of the notes."""
@@ -39,7 +38,7 @@ def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float
 
 
 def next_recreation(state: State, now: float, new_id: Callable[[], str],
-                    policy: RecoveryPolicy) -> list[Message]:
+                    policy: RecoveryPolicy) -> list[Event]:
     """The events of the first re-creation due at `now` (the caller applies them and asks
     again, so each placement sees the ones before it). A placement refused now is tried again
     on later calls (node info may be pending, a memory reading may still count the dead

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skulk.cluster.state import NodeGatheredInfo, State
+from skulk.cluster.state import Event, NodeGatheredInfo, State
 from skulk.services.master.commands import node_lost_events
 from skulk.wire.cluster import Member
-from skulk.wire.message import Message
 
 NODE_INFO_REFRESH_S = 10.0
 
@@ -27,10 +26,10 @@ class Roster:
     members: dict[str, Member] = field(default_factory=dict)
     info_sent: dict[str, float] = field(default_factory=dict)
 
-    def events(self, state: State, now: float, wall: float, force: bool = False) -> list[Message]:
+    def events(self, state: State, now: float, wall: float, force: bool = False) -> list[Event]:
         """The leader's node events for this membership (`now` monotonic, `wall` the clock)."""
-        events: list[Message] = [e for n in lost_nodes(state, self.members, wall)
-                                 for e in node_lost_events(state, n, wall)]
+        events: list[Event] = [e for n in lost_nodes(state, self.members, wall)
+                               for e in node_lost_events(state, n, wall)]
         for node_id, member in self.members.items():
             known = state.nodes.get(node_id)
             if force or known is None or known.friendly_name != member.info.friendly_name \

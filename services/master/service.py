@@ -71,7 +71,8 @@ class MasterService:
     def on_local(self, sock: zmq.Socket[Any]) -> None:
         def refuse(exc: WireError) -> None:
             if isinstance(exc, RoutedDecodeError):
-                send_routed(sock, exc.envelope, CommandRejected(command_id="", status=400, message=f"bad command: {exc}"))
+                send_routed(sock, exc.envelope,
+                            CommandRejected(command_id="", status=400, message=f"bad command: {exc}"))
 
         for envelope, msg in drain(sock, recv_routed, limit=100, on_error=refuse):
             self.span_start_us = now_us()

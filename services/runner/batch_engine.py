@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, drafter, sampling, speculate, warmup
@@ -38,18 +38,20 @@ MIN_REUSE = 8
 """A shorter shared prefix (a chat template's first tokens) is prefilled again: copying a
 cached entry would cost more than it saves."""
 UNBOUNDED = 1 << 62
+DEFAULT_SPEC = SpecSettings()  # frozen: one shared default is safe
 
 
 class MlxBatchEngine:
     def __init__(self, model_dir: Path, ring: Ring | None, max_batch: int, prefill_chunk: int,
                  prefix_cache_bytes: int, quant_mode: QuantMode = QuantMode.AUTO,
-                 spec: SpecSettings = SpecSettings()) -> None:
+                 spec: SpecSettings = DEFAULT_SPEC) -> None:
         self.model_dir, self.ring, self.quant_mode = model_dir, ring, quant_mode
         # sharded instances do not speculate (every rank would have to agree on each proposal)
         self.spec = spec if ring is None else SpecSettings()
         self.speculation = ("" if spec.mode is SpecMode.OFF else
                             f"{spec.mode.value} x{spec.num_draft_tokens}, up to {spec.max_streams} stream"
-                            if ring is None else f"off: a sharded instance does not speculate ({spec.mode.value} asked)")
+                            if ring is None else
+                            f"off: a sharded instance does not speculate ({spec.mode.value} asked)")
         self.spec_rows: dict[int, bool] = {}  # rows that may speculate (no grammar): uid -> greedy
         self.max_batch, self.prefill_chunk = max_batch, prefill_chunk
         # Rank 0 bounds the cache in bytes; the other ranks follow its entry count.
@@ -199,7 +201,8 @@ class MlxBatchEngine:
 
     def step(self) -> StepOutput:
         gen = self.gen
-        if self.spec.mode is not SpecMode.OFF and (spec := speculate.step(gen, self.spec, self.spec_rows, self.drafter)) is not None:
+        if (self.spec.mode is not SpecMode.OFF
+                and (spec := speculate.step(gen, self.spec, self.spec_rows, self.drafter)) is not None):
             for e in spec:
                 if e.finish is not None:
                     self._row_ended(e.uid, e.all_tokens, e.prompt_cache)
@@ -248,8 +251,8 @@ class MlxBatchEngine:
         top: list[tuple[int, float]] = []
         k = min(k, logprobs.shape[-1])
         if k > 0:
-            ids = mx.argpartition(-logprobs, kth=k - 1)[:k].tolist()
-            values = logprobs[mx.array(ids)].tolist()
+            ids = cast(list[int], mx.argpartition(-logprobs, kth=k - 1)[:k].tolist())  # a 1-D array of ids
+            values = cast(list[float], logprobs[mx.array(ids)].tolist())  # their log-probabilities, 1-D
             top = sorted(zip(ids, values), key=lambda p: -p[1])
         return float(logprobs[token].item()), top
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from skulk.node import logctx
@@ -220,10 +220,11 @@ class Batcher:
                 continue  # removed meanwhile (cancelled, stop string): its last token is moot
             with logctx.bind(command_id=session.request_id, task_id=session.task_id):
                 text_us = now_us() if traces and session.trace else 0
+                messages: Sequence[Message]
                 try:
                     messages = session.on_token(tok, self.engine, now)
-                    if text_us:
-                        traces.text(tok.uid, text_us, now_us())  # type: ignore[union-attr]
+                    if text_us and traces is not None:  # text_us is read only with traces
+                        traces.text(tok.uid, text_us, now_us())
                 except Exception as exc:  # noqa: BLE001
                     log.exception("request %s failed", session.request_id)
                     session.done = True

@@ -53,7 +53,9 @@ class ToolCallScanner:
         self._inside = False
 
     def feed(self, text: str) -> tuple[str, list[str]]:
-        buf, content, calls = self._pending + text, [], []
+        buf = self._pending + text
+        content: list[str] = []
+        calls: list[str] = []
         while True:
             if self._inside:
                 at = buf.find(self.end)

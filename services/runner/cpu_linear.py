@@ -252,8 +252,8 @@ def install(model: Any, max_batch: int, sharded: bool, timer: Callable[[], float
         choice = by_timing(*_time_both(blocked, fitting, timer))
     if choice.blocked:
         choice = Choice(True, choice.reason, "; ".join(d for d in (choice.detail, exact_detail(checked)) if d))
-        classes = {nn.Linear: _blocked_subclass(nn.Linear, "__call__", blocked),
-                   nn.Embedding: _blocked_subclass(nn.Embedding, "as_linear", blocked)}
+        classes: dict[type, type] = {nn.Linear: _blocked_subclass(nn.Linear, "__call__", blocked),
+                                     nn.Embedding: _blocked_subclass(nn.Embedding, "as_linear", blocked)}
         for m in layers:
             m.__class__ = classes[type(m)]
     return choice
@@ -291,7 +291,8 @@ def _time_both(blocked: BlockedMatmul, weights: list[Any], timer: Callable[[], f
     matmul waiting for the one before (as in a forward pass: independent products would overlap
     the two streams' work with the next call's and flatter the blocks)."""
     mx = blocked.mx
-    sample, size = [], 0
+    sample: list[Any] = []
+    size = 0
     for w in weights:
         if sample and size + w.nbytes > SAMPLE_BYTES:
             break

@@ -51,10 +51,10 @@ def install() -> int:
             continue
         if getattr(module, "scaled_dot_product_attention", None) is base.scaled_dot_product_attention \
                 and module is not base:
-            module.scaled_dot_product_attention = attention  # type: ignore[attr-defined]
+            module.scaled_dot_product_attention = attention  # type: ignore[attr-defined]  # an mlx-lm module's global
             changed += 1
         if getattr(module, "swiglu", None) is activations.swiglu and module is not activations:
-            module.swiglu = swiglu  # type: ignore[attr-defined]
+            module.swiglu = swiglu  # type: ignore[attr-defined]  # an mlx-lm module's global, patched in place
             changed += 1
     return changed
 

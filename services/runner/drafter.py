@@ -9,7 +9,7 @@ imported inside the methods."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 PREFILL_CHUNK = 512
 
@@ -54,7 +54,7 @@ class Drafter:
             return []
         for _ in range(k):
             logits = self.model(mx.array([feed]), cache=self.cache)[0, -1]
-            token = int(mx.argmax(logits).item())
+            token = int(cast(int, mx.argmax(logits).item()))  # argmax is integral; mlx types item() as any scalar
             self.seen.extend(feed)
             drafts.append(token)
             feed = [token]
@@ -72,7 +72,8 @@ def locate(model_dir: Any, asked: str) -> tuple[Any, str]:
     if not drafter:
         try:
             extra = json.loads((model_dir / "skulk.json").read_text())
-            drafter = str(((extra.get("runtime") or {}) if isinstance(extra, dict) else {}).get("assistant_model_repo") or "")
+            runtime = (extra.get("runtime") or {}) if isinstance(extra, dict) else {}
+            drafter = str(runtime.get("assistant_model_repo") or "")
         except (OSError, ValueError):
             drafter = ""
     if not drafter:

@@ -9,7 +9,7 @@ from `RankInsert.grammar`, so their samples stay identical.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -43,7 +43,7 @@ class GrammarProcessor:
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         if self.started:
-            self.matcher.consume_token(int(tokens[-1].item()))
+            self.matcher.consume_token(int(cast(int, tokens[-1].item())))  # token ids: mlx types item() as any scalar
         self.started = True
         words = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint32)
         allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[:logits.shape[-1]].astype(bool)

@@ -85,7 +85,9 @@ def load_model(model_dir: Path, ring: Ring | None, max_batch: int = 16,
     from mlx_lm import load
     from mlx_lm.utils import dequantize_model
 
-    model, tokenizer, config = load(str(model_dir), return_config=True)
+    loaded = load(str(model_dir), return_config=True)
+    assert len(loaded) == 3, "return_config=True: mlx-lm returns (model, tokenizer, config)"
+    model, tokenizer, config = loaded
     if mx.default_device() == mx.cpu:
         # Quantized matmuls are very slow on CPU: dequantize and run fp32 (4 B/param).
         if quantized(config):

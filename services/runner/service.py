@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -74,7 +74,8 @@ class Runner:
         self.embedder = (embed_engine.for_model(place.model_dir, place.model_id, settings.queue_max, place.embedding)
                          if engine is None and self.ring is None else None)
         if self.embedder is not None:  # the boot needs only its load, warmup and path
-            engine = self.embedder.engine  # type: ignore[assignment]
+            # Only its load, warmup, path and active() are used (its Batcher stays empty): not a full Engine.
+            engine = cast(Engine, self.embedder.engine)
         self.engine: Engine = engine or MlxBatchEngine(
             place.model_dir, self.ring, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
             prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized),
@@ -100,7 +101,7 @@ class Runner:
         elif self.ring is not None:
             self.follower = lockstep.Follower(loop.ctx, place.control, place.rank)
         self.router = make_socket(loop.ctx, zmq.ROUTER, hwm=100000, bind=f"tcp://{place.listen}:*")
-        port = self.router.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+        port = self.router.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1]
         self.endpoint = f"tcp://{place.advertise}:{port}"
         self.blas = blas
         self.reported_load = (-1, -1)
@@ -279,8 +280,8 @@ def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
         loop.add_reader(runner.follower.sock, runner.on_steps)
     else:
         loop.add_reader(runner.router, runner.on_request)
-        if runner.leader is not None:  # nothing may arrive on the rank control port after boot
-            loop.add_reader(runner.leader.sock, lambda _s: runner.leader.discard())  # type: ignore[union-attr]
+        if (leader := runner.leader) is not None:  # nothing may arrive on the rank control port after boot
+            loop.add_reader(leader.sock, lambda _s: leader.discard())
         loop.set_work(runner.step)
         loop.every(PROGRESS_INTERVAL_S, runner.keep_queue_alive)
     loop.every(REPORT_INTERVAL_S, runner.report)

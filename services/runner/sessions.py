@@ -92,7 +92,7 @@ class Session:
                 messages.append(TokenChunk(request_id=self.request_id, seq=self.seq, text="", token=out.token,
                                            tool_calls=tuple(self.tool_calls)))
                 self.seq += 1
-            reason = "stop" if hit else out.finish
+            reason = "stop" if hit or out.finish is None else out.finish  # not a hit: the engine's finish
             messages.append(self.finish("tool_calls" if self.tool_calls and reason == "stop" else reason, engine))
         return messages
 
@@ -119,8 +119,10 @@ class Session:
         return reasoning, content
 
     def _parse_tool(self, body: str) -> ToolCall | None:
+        parse = self.fmt.parse_tool
+        assert parse is not None, "a tool scanner is made only for a format with a parser (__post_init__)"
         try:
-            parsed = self.fmt.parse_tool(body, json.loads(self.params.tools))  # type: ignore[misc]
+            parsed = parse(body, json.loads(self.params.tools))
             name, args = parsed["name"], parsed.get("arguments", {})
         except Exception as exc:  # noqa: BLE001 - a model's malformed call is its text, not an error
             log.info("request %s: a tool call did not parse (%s); kept as text", self.request_id, exc)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 NGRAM_MAX = 3
 NGRAM_MIN = 2
@@ -127,7 +127,7 @@ def _verify(gb: Any, uid: int, settings: SpecSettings, greedy: bool, drafter: An
     logits = gb.model(mx.array([[y, *drafts]]), cache=gb.prompt_cache)[0]
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     if greedy:
-        choices = mx.argmax(logprobs, axis=-1).tolist()
+        choices = cast(list[int], mx.argmax(logprobs, axis=-1).tolist())  # argmax over rows: one int a row
     else:  # mlx-lm's rule: the row's own sampler draws at every position, a draft stays while it
         # equals the draw, so each kept token is a draw from the target given the ones before it
         sampler = gb.samplers[0]
@@ -144,8 +144,7 @@ def _verify(gb: Any, uid: int, settings: SpecSettings, greedy: bool, drafter: An
         if finish is not None:
             break
     end = len(finishes) - 1  # the last token given (drafts kept: the `end` after y)
-    counts = {"accepted": end, "rejected": len(drafts) - end}
-    out = [Emitted(uid, tok, lp, fin, **(counts if j == 0 else {}))
+    out = [Emitted(uid, tok, lp, fin, accepted=end if j == 0 else 0, rejected=len(drafts) - end if j == 0 else 0)
            for j, (tok, lp, fin) in enumerate(zip(tokens, lps, finishes))]
     _trim(gb.prompt_cache, len(drafts) - end)  # the cache ends at the last token given
     gb.tokens[0].extend(tokens[:end + 1])

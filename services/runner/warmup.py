@@ -57,7 +57,7 @@ def run(rounds: list[Round], insert: Callable[[list[RankInsert]], object], step:
     """Carry out `rounds` on the engine's calls; the seconds it took."""
     t0 = time.monotonic()
     for r in rounds:
-        inserts = []
+        inserts: list[RankInsert] = []
         for length, sampled, constrained in r.rows:
             uid = next_uid() + len(inserts)
             inserts.append(RankInsert(uid=uid, prompt=tuple((3 + i * 7) % max(vocab, 4) for i in range(length)),

@@ -234,7 +234,7 @@ def resolve_repo(model_id: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str
 
     try:
         info = _within(timeout_s + 2.0, f"contacting {constants.ENDPOINT}",
-                       lambda: HfApi().repo_info(model_id, timeout=timeout_s, files_metadata=True))
+                       lambda: HfApi().model_info(model_id, timeout=timeout_s, files_metadata=True))
     except GatedRepoError:
         raise FetchError(f"{model_id}: gated on Hugging Face (accept its terms and set hf_token)") from None
     except RepositoryNotFoundError:

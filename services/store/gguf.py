@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from skulk.services.store.gguf_tokenizer import TokenizerError, build
 
@@ -86,7 +86,9 @@ def convert(path: Path) -> tuple[Imported, dict[str, Any]]:
     import mlx.core as mx
 
     try:
-        raw, meta = mx.load(str(path), format="gguf", return_metadata=True)
+        # return_metadata=True always gives (tensors, metadata): mlx's stub types all formats' results as one union
+        raw, meta = cast("tuple[dict[str, mx.array], dict[str, Any]]",
+                         mx.load(str(path), format="gguf", return_metadata=True))
     except Exception as exc:  # noqa: BLE001 - mlx reports a bad file as RuntimeError/ValueError
         raise GGUFError(f"{path.name}: not a GGUF file mlx can read ({exc})") from None
     arch = meta.get("general.architecture")

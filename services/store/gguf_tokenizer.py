@@ -43,7 +43,7 @@ def _pre_tokenizer(pre: str) -> Any:
     if steps is None:
         raise TokenizerError(f"pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported "
                              f"(supported: {', '.join(sorted(PRE_TOKENIZERS))})")
-    built = []
+    built: list[pre_tokenizers.PreTokenizer] = []
     for step in steps:
         if step == "digits":
             built.append(pre_tokenizers.Digits(individual_digits=True))
@@ -63,8 +63,10 @@ def _text(meta: dict[str, Any], key: str) -> str | None:
 
 def _int(meta: dict[str, Any], key: str) -> int | None:
     value = meta.get(key)
+    if value is None:
+        return None
     try:
-        return int(value.item()) if hasattr(value, "item") else (int(value) if value is not None else None)
+        return int(value.item()) if hasattr(value, "item") else int(value)
     except (TypeError, ValueError):
         return None
 
@@ -81,10 +83,14 @@ def build(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None
     merges = meta.get("tokenizer.ggml.merges")
     if not isinstance(tokens, list) or not tokens or not isinstance(merges, list):
         raise TokenizerError("the file has no tokenizer.ggml.tokens / tokenizer.ggml.merges")
-    types = meta.get("tokenizer.ggml.token_type")
-    types = types.tolist() if hasattr(types, "tolist") else list(types or [])
+    raw_types = meta.get("tokenizer.ggml.token_type")
+    types = raw_types.tolist() if raw_types is not None and hasattr(raw_types, "tolist") else list(raw_types or [])
     vocab = {token: i for i, token in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges if isinstance(m, str) and " " in m]
+    pairs: list[tuple[str, str]] = []
+    for m in merges:
+        if isinstance(m, str) and " " in m:
+            left, right = m.split(" ", 1)
+            pairs.append((left, right))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
     tok.pre_tokenizer = _pre_tokenizer(_text(meta, "tokenizer.ggml.pre") or "default")
     tok.decoder = decoders.ByteLevel()
@@ -99,11 +105,12 @@ def build(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None
         i = ids[name]
         return tokens[i] if i is not None and 0 <= i < len(tokens) else None
 
-    add_bos = meta.get("tokenizer.ggml.add_bos_token")
+    raw_bos = meta.get("tokenizer.ggml.add_bos_token")
+    add_bos = bool(raw_bos.item() if raw_bos is not None and hasattr(raw_bos, "item") else raw_bos)
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": token("bos"), "eos_token": token("eos"), "pad_token": token("padding"),
-        "unk_token": token("unknown"), "add_bos_token": bool(add_bos.item() if hasattr(add_bos, "item") else add_bos),
+        "unk_token": token("unknown"), "add_bos_token": add_bos,
         "clean_up_tokenization_spaces": False, "model_max_length": context,
     }
     if (template := _text(meta, "tokenizer.chat_template")) is not None:

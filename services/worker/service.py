@@ -4,8 +4,9 @@ It follows the replicated state (`wire.replica.ReplicaCore`, fed from its one lo
 and stops this node's runner processes through the supervisor (`runner_keeper.py`), and makes
 sure each runner's model is on this node first: the local models dir, the store's own
 directory on the store host, or a staged copy it makes from the store (`staging.py`),
-reporting the copy's progress on the bus for the master to replicate. A copy that fails fails its runner, so the leader's recovery
-deletes (and, with back-off, re-creates) the instance with the reason: nothing waits forever.
+reporting the copy's progress on the bus for the master to replicate. A copy that fails fails
+its runner, so the leader's recovery deletes (and, with back-off, re-creates) the instance with
+the reason: nothing waits forever.
 
 Staged copies are evicted by one policy (`eviction.py`) on three triggers: a
 model no longer used here (an instance's deactivation), start-up (copies orphaned by a crash),
@@ -93,7 +94,8 @@ class Worker:
         failed = self.stager.failed if self.stager else {}
         decided = plan_staging(state, self.args.node_id, missing, failed, self.stager is not None)
         for model_id in decided.forget:
-            self.stager.retry(model_id)  # type: ignore[union-attr]
+            assert self.stager is not None, "forget lists the stager's failures: none without one"
+            self.stager.retry(model_id)
         for model_id in decided.stage:
             assert self.store is not None and self.stager is not None
             self.stager.want(model_id, store_url(self.store.store_host, self.store.store_http_host,

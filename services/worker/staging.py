@@ -49,7 +49,7 @@ class CopyError(Exception):
     """The copy cannot complete (the message says why, for `DownloadFailed`)."""
 
 
-def _get(url: str, offset: int = 0, timeout: float = TIMEOUT_S) -> urllib.response.addinfourl:  # type: ignore[name-defined]
+def _get(url: str, offset: int = 0, timeout: float = TIMEOUT_S) -> urllib.response.addinfourl:
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     req = urllib.request.Request(url, headers={**headers, **curve.store_headers()})
     return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 - the store's own URL
@@ -140,7 +140,7 @@ class Stager:
         self.failed.pop(model_id, None)
 
     def poll(self) -> list[DownloadProgress]:
-        out = []
+        out: list[DownloadProgress] = []
         while True:
             try:
                 progress = self._events.get_nowait()

@@ -48,7 +48,8 @@ def nodes(tmp_path: Path) -> Iterator[Callable[..., Node]]:
 
 
 @pytest.fixture(scope="module")
-def module_nodes(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Callable[..., Node]]:
+def module_nodes(tmp_path_factory: pytest.TempPathFactory,
+                 request: pytest.FixtureRequest) -> Iterator[Callable[..., Node]]:
     """As `nodes`, for nodes a whole test file shares (tests that only read what the node
     serves; a test that breaks a node starts its own): killed after the file's last test."""
     yield from _node_factory(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))

@@ -2,8 +2,9 @@
 latter sending `x-api-key`) and list models but cannot place, restart or read the state; an
 admin key can; no key or a wrong one is a 401 in each client's error shape; `/health` and the
 dashboard page stay open. A node listening on every address without keys refuses admin routes
-to a client that comes from a non-loopback address (and serves it inference), serves them to
-this machine's clients, and `api.open_admin: true` lifts the refusal. No key's text ever
+to a client on another machine (a network namespace of its own here; it serves it inference),
+serves them to this machine's clients at any of its addresses, and `api.open_admin: true` lifts
+the refusal. No key's text ever
 appears in a log file, the event log, a trace, `/config`, `/events` or any answer. In a real
 browser, the dashboard of a keyed node shows the 401 until the user types a key, then the
 cluster, and the 401 again once the key is forgotten."""
@@ -13,15 +14,17 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import socket
+import sys
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import openai
-import psutil
+import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from tests.integration import netns
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import MODEL
@@ -166,19 +169,31 @@ def _wait_ready_runner(node: Node, c: Client) -> str:
     return wait_until(node, ready, 60, "a ready runner")
 
 
-def public_address() -> str:
-    """One of this machine's addresses that is not loopback (a client from it is remote)."""
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family == socket.AF_INET and not a.address.startswith("127."):
-                return a.address
-    raise AssertionError("this machine has no non-loopback IPv4 address to act as a remote client")
+NO_NETNS = netns.unavailable()
+needs_another_machine = pytest.mark.skipif(
+    NO_NETNS is not None, reason=f"a remote client needs another network namespace here: {NO_NETNS}")
 
 
-def test_no_keys_on_every_address_keeps_admin_routes_to_this_machine(nodes):
-    node = nodes(config=ALONE, args=("--listen", "0.0.0.0"))
-    here = public_address()
-    remote = Client(node, host=here, source=here)
+@pytest.fixture
+def lan_host() -> Iterator[netns.Host]:
+    """A host of its own on a LAN segment: a node there sees this test's process as a client on
+    another machine (the segment's bridge address), which it is."""
+    segment = netns.Segment()
+    try:
+        yield segment.host(default_route=False)
+    finally:
+        segment.close()
+
+
+def on_host(nodes, host: netns.Host, config: dict[str, Any]) -> Node:
+    return nodes(config=config, args=("--listen", "0.0.0.0"),
+                 command=host.command(sys.executable, "-m", "skulk.scripts.cli"))
+
+
+@needs_another_machine
+def test_no_keys_on_every_address_keeps_admin_routes_to_this_machine(nodes, lan_host):
+    node = on_host(nodes, lan_host, ALONE)
+    remote = Client(node, host=lan_host.address)
     status, body, _ = remote.call("GET", "/state")
     assert status == 403
     message = body["error"]["message"]
@@ -187,17 +202,17 @@ def test_no_keys_on_every_address_keeps_admin_routes_to_this_machine(nodes):
     assert remote.call("PUT", "/config", {})[0] == 403
     assert remote.call("GET", "/v1/models")[0] == 200  # inference stays open
     assert remote.call("GET", "/health")[0] == 200
-    local = Client(node)
-    assert local.call("GET", "/state")[0] == 200
-    assert local.call("GET", "/config")[0] == 200
+    for here in ("127.0.0.1", lan_host.address):  # this machine's clients, at any of its addresses
+        assert lan_host.http_status(f"http://{here}:{node.api_port}/state") == 200
+        assert lan_host.http_status(f"http://{here}:{node.api_port}/config") == 200
     log = node.log_path.read_text()
     assert log.count("THE API IS OPEN") == 1 and "admin routes answer only this machine's clients" in log
 
 
-def test_open_admin_opens_admin_routes_to_everyone(nodes):
-    node = nodes(config={**ALONE, "api": {"open_admin": True}}, args=("--listen", "0.0.0.0"))
-    here = public_address()
-    remote = Client(node, host=here, source=here)
+@needs_another_machine
+def test_open_admin_opens_admin_routes_to_everyone(nodes, lan_host):
+    node = on_host(nodes, lan_host, {**ALONE, "api": {"open_admin": True}})
+    remote = Client(node, host=lan_host.address)
     assert remote.call("GET", "/state")[0] == 200
     assert remote.call("GET", "/config")[0] == 200
     assert "AND administer the cluster" in node.log_path.read_text()

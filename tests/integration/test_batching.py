@@ -113,7 +113,8 @@ def test_a_repeated_system_prompt_is_reused_and_changes_nothing(fresh, nodes, de
     system = {"role": "system", "content": " ".join(prompt(i) for i in range(30, 36))}
 
     def ask(node, question: str) -> dict:
-        status, reply = complete(node.url, {**body("", 16), "messages": [system, {"role": "user", "content": question}]})
+        status, reply = complete(node.url, {**body("", 16),
+                                            "messages": [system, {"role": "user", "content": question}]})
         assert status == 200, reply
         return reply
 
@@ -128,7 +129,8 @@ def test_a_repeated_system_prompt_is_reused_and_changes_nothing(fresh, nodes, de
     wait_model_ready(uncached)
     cold = ask(uncached, "flat is better than nested")
     assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert compare(tokens_of(cold), tokens_of(warm), LOGPROB_TOL) == "", compare(tokens_of(cold), tokens_of(warm), LOGPROB_TOL)
+    difference = compare(tokens_of(cold), tokens_of(warm), LOGPROB_TOL)
+    assert difference == "", difference
     print(f"same tokens with and without the cache; largest logprob difference "
           f"{max_logprob_gap(tokens_of(cold), tokens_of(warm)):.2e}")
 

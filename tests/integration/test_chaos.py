@@ -87,7 +87,8 @@ def test_the_leaders_gossip_restarted_drops_no_live_node(nodes, demo_model):
     status, body = http_json(f"{leader.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [first["master"]]})
     assert status == 200, body
     iid = body["instance_id"]
-    wait_until(follower, lambda: any("RunnerReady" in s for s in (state_of(follower) or {"runners": {}})["runners"].values()),
+    wait_until(follower,
+               lambda: any("RunnerReady" in s for s in (state_of(follower) or {"runners": {}})["runners"].values()),
                60, "the instance ready on the follower")
     gossip = leader.status()["gossip"]
     os.kill(gossip.pid, signal.SIGKILL)

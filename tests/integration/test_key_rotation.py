@@ -176,7 +176,7 @@ def test_rotating_the_cluster_key_with_rolling_restarts_fails_no_request(nodes, 
             "model_id": MODEL, "excluded_nodes": [i for i in ids if i != node_id]})
         assert status == 200, body
     for node_id in ids[:2]:
-        wait_until(cluster[0], lambda: serving_again(cluster[0], node_id), 60, "both instances ready")
+        wait_until(cluster[0], lambda node_id=node_id: serving_again(cluster[0], node_id), 60, "both instances ready")
     print(f"3 keyed nodes, 2 instances ready {time.monotonic() - started:.1f}s after the start")
 
     clients = Clients(target=cluster[1])

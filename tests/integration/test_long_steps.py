@@ -58,8 +58,8 @@ def test_a_40s_first_step_answers_and_a_step_that_never_returns_fails_at_its_dea
     got = answers["stuck"]
     assert got["status"] >= 500 and got["took"] < STEP_DEADLINE_S + 15, got
     log = (stuck.home / "logs" / "supervisor.log").read_text()
-    assert f"{stuck_runner} (pid" in log and "inside one step (prefill step" in log and "past its step deadline" in log, \
-        log[-2000:]
+    assert (f"{stuck_runner} (pid" in log and "inside one step (prefill step" in log
+            and "past its step deadline" in log), log[-2000:]
     runner_log = (stuck.home / "logs" / f"{stuck_runner}.log").read_text()
     assert "long_step" not in runner_log  # flight entries go to the bus, not the log
     print(f"slow first step answered in {answers['slow']['took']:.1f}s; the stuck one failed in "

@@ -137,7 +137,8 @@ def test_a_truncated_or_foreign_file_is_refused_at_once_and_leaves_nothing(real_
     for bad in (cut, foreign):
         out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(bad), "--home", str(home)],
                              capture_output=True, text=True, timeout=120)
-        assert out.returncode == 1 and f"local/{bad.stem}: {bad.name}: not a GGUF file mlx can read" in out.stderr, out.stderr
+        assert (out.returncode == 1
+                and f"local/{bad.stem}: {bad.name}: not a GGUF file mlx can read" in out.stderr), out.stderr
     assert [p.name for p in (home / "models").iterdir() if not p.name.startswith(".")] == []
     assert not any((home / "models" / ".partial").iterdir())
     again = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(gguf), "--id", REAL,
@@ -169,7 +170,8 @@ def test_the_api_imports_a_gguf_file_on_the_node_and_refuses_bad_ones_cleanly(re
     assert got == 200 and entry["id"] == "test/smol-api" and entry["family"] == "llama", entry
     assert (models / "test--smol-api" / "tokenizer.json").is_file()
     from tests.integration.harness import wait_until
-    wait_until(real_node, lambda: any(m["id"] == "test/smol-api" for m in http_json(f"{real_node.url}/v1/models")[1]["data"]),
+    wait_until(real_node,
+               lambda: any(m["id"] == "test/smol-api" for m in http_json(f"{real_node.url}/v1/models")[1]["data"]),
                15, "the imported model in the catalog")
 
 
@@ -302,7 +304,8 @@ def same_as_plain(node, plain, reference) -> tuple[int, int]:
         assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
     copy = {**ask(COPY), "max_tokens": 60}
     schema = {**ask("What is the capital of France? Answer in JSON with the city and the country."),
-              "max_tokens": 60, "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
+              "max_tokens": 60,
+              "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
     for body in (copy, {**copy, "max_tokens": 9}, {**copy, "stop": ["plums"]}, schema):
         want, got = bc.complete(plain.url, body)[1], counted(bc.complete(node.url, body)[1])
         for key in ("finish_reason", "message"):

@@ -113,7 +113,8 @@ def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
         shards = [next(iter(s.values())) for s in ring["shardAssignments"]["runnerToShard"].values()]
         assert sorted(s["deviceRank"] for s in shards) == [0, 1] and {s["worldSize"] for s in shards} == {2}
         assert len(ring["shardAssignments"]["nodeToRunner"]) == 2
-        assert {f"{sharding}ShardMetadata"} == {k for s in ring["shardAssignments"]["runnerToShard"].values() for k in s}
+        metadata = {k for s in ring["shardAssignments"]["runnerToShard"].values() for k in s}
+        assert metadata == {f"{sharding}ShardMetadata"}
         if sharding == "Pipeline":
             layers = sorted((s["startLayer"], s["endLayer"]) for s in shards)
             assert layers[0][0] == 0 and layers[-1][1] == 4 and layers[0][1] == layers[1][0]
@@ -127,7 +128,8 @@ def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
             assert status == 200, reply
             assert bc.compare(single_batch[i], bc.tokens_of(reply), 2e-3) == "", (sharding, i)
         gap = max(bc.max_logprob_gap(x, bc.tokens_of(r)) for x, (_, r) in zip(single_batch, together))
-        print(f"{sharding} x2: 8 concurrent requests, tokens identical to one node's, largest logprob difference {gap:.2e}")
+        print(f"{sharding} x2: 8 concurrent requests, tokens identical to one node's, "
+              f"largest logprob difference {gap:.2e}")
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 
@@ -148,7 +150,8 @@ def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair):
             assert bc.compare(want, have, 2e-3) == "", (sharding, bc.compare(want, have, 2e-3))
         print(f"4-bit {sharding} x2 ready in {took:.2f}s: tokens identical to one node's")
         ranks = [ln for n in (a, b) for f in (n.home / "logs").glob("runner-*.log")
-                 for ln in f.read_text().splitlines() if f"loaded {Q4} " in ln and f"engine path: {sharding} rank" in ln]
+                 for ln in f.read_text().splitlines()
+                 if f"loaded {Q4} " in ln and f"engine path: {sharding} rank" in ln]
         assert ranks and all("cpu fp32 (dequantized)" in ln for ln in ranks), ranks
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
@@ -158,7 +161,8 @@ def test_typed_refusals_from_real_requests(pair):
     _, b_id = http_json(f"{b.url}/node_id")
     _, a_id = http_json(f"{a.url}/node_id")
     cases = [
-        ({"model_id": MODEL, "min_nodes": 3}, "The topology has only 2 node(s); a placement with min_nodes=3 is impossible"),
+        ({"model_id": MODEL, "min_nodes": 3},
+         "The topology has only 2 node(s); a placement with min_nodes=3 is impossible"),
         ({"model_id": MODEL, "excluded_nodes": [a_id, b_id]}, "touch an excluded node (2 node(s) excluded)"),
         ({"model_id": "test/notensor", "sharding": "Tensor"}, "does not support tensor parallelism: test/notensor"),
         ({"model_id": "test/huge"}, "No candidate cycle fits test/huge (4096.0GB of weights)"),
@@ -184,7 +188,8 @@ def test_exclusions_keep_the_instance_off_the_excluded_node(pair):
         status, reply = http_json(f"{b.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [a_id, "old-id"]})
         assert status == 200
         try:
-            inst = wait_until(a, lambda: (state_of(a) or {}).get("instances", {}).get(reply["instance_id"]), 30, "placed")
+            inst = wait_until(a, lambda iid=reply["instance_id"]: (state_of(a) or {}).get("instances", {}).get(iid),
+                              30, "placed")
             assert a_id not in inst["MlxRingInstance"]["shardAssignments"]["nodeToRunner"]
         finally:
             assert http_json(f"{a.url}/instance/{reply['instance_id']}", method="DELETE")[0] == 200

@@ -179,7 +179,8 @@ def test_a_killed_store_mid_copy_resumes_and_the_copy_is_exact(store_cluster, tm
     os.kill(n0.status()["store"].pid, signal.SIGKILL)  # its supervisor restarts it in about a second
     wait_until(n1, lambda: ready_instance(n1), 120, "the instance ready after the store came back")
     src = tmp_path / "store" / DEMO_DIR / "model.safetensors"
-    assert hashlib.sha256(src.read_bytes()).digest() == hashlib.sha256((staged(n1) / "model.safetensors").read_bytes()).digest()
+    staged_copy = staged(n1) / "model.safetensors"
+    assert hashlib.sha256(src.read_bytes()).digest() == hashlib.sha256(staged_copy.read_bytes()).digest()
     chat(n1)
 
 

@@ -75,7 +75,8 @@ def test_health_registry_and_files(store: tuple[Path, Client]):
     status, reg = client.json("GET", "/registry")
     assert status == 200 and len(reg["entries"]) == 1
     entry = reg["entries"][0]
-    assert {k: entry[k] for k in ("model_id", "dir", "files")} == {"model_id": "org/tiny", "dir": "org--tiny", "files": 4}
+    want = {"model_id": "org/tiny", "dir": "org--tiny", "files": 4}
+    assert {k: entry[k] for k in want} == want
     assert entry["total_bytes"] > WEIGHTS_BYTES and entry["downloaded_at"].endswith("Z")
 
     status, listing = client.json("GET", "/models/org--tiny/files")

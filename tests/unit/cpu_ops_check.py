@@ -52,15 +52,15 @@ def rope_cases() -> dict[str, float]:
     from skulk.services.runner.cpu_rope import SharedAngles
 
     out = {}
-    for dims, base, scale in ((8, 10000.0, 1.0), (64, 1e6, 0.5)):
-        rope = nn.RoPE(dims, base=base, scale=scale)
+    for dims, rope_base, scale in ((8, 10000.0, 1.0), (64, 1e6, 0.5)):
+        rope = nn.RoPE(dims, base=rope_base, scale=scale)
         for b, heads, length in ((1, 4, 1), (3, 2, 5)):
             for name, offset in (("int", 7), ("rows", mx.array([3, 0, 11][:b]))):
                 x = mx.random.normal((b, heads, length, dims))
-                ref = mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=offset)
+                ref = mx.fast.rope(x, dims, traditional=False, base=rope_base, scale=scale, offset=offset)
                 with SharedAngles():
                     layers = [rope(x, offset), rope(x * 2, offset)]
-                case = f"rope {dims}/{base:g}/{scale} {b}x{heads}x{length} {name}"
+                case = f"rope {dims}/{rope_base:g}/{scale} {b}x{heads}x{length} {name}"
                 out[case] = mx.abs(ref - rope(x, offset)).max().item()
                 out[case + " shared"] = max(mx.abs(ref - layers[0]).max().item(),
                                             mx.abs(ref * 2 - layers[1]).max().item())
@@ -93,7 +93,8 @@ def blocked_cases() -> dict[str, float]:
             out[f"blocked alone {n_out}x{n_in} {streams}"] = worst
             out[f"blocked check {n_out}x{n_in} {streams}"] = float(cpu_linear.exact_here(blocked, [w]) == "")
             ref = x @ w.T
-            out[f"blocked vs sgemm {n_out}x{n_in} {streams}"] = (mx.abs(blocked(x, w) - ref).max() / mx.abs(ref).max()).item()
+            relative = mx.abs(blocked(x, w) - ref).max() / mx.abs(ref).max()
+            out[f"blocked vs sgemm {n_out}x{n_in} {streams}"] = relative.item()
     w = mx.zeros((64, 32))
     leaves = {"prompt rows": mx.zeros((2, 3, 32)), "2-D batch": mx.zeros((4, 32)), "17 rows": mx.zeros((17, 1, 32)),
               "too wide": mx.zeros((2, 1, 4864))}
@@ -116,12 +117,14 @@ def blocked_cases() -> dict[str, float]:
     ref = (x @ model.proj.weight.T + model.proj.bias) @ model.embed.weight.T
     choice = cpu_linear.install(model, 16, sharded=False)
     swapped = type(model.proj) is not nn.Linear and type(model.embed) is not nn.Embedding
-    exact = cpu_linear.exact_here(cpu_linear.BlockedMatmul(two_streams=True), [model.proj.weight, model.embed.weight]) == ""
+    exact = cpu_linear.exact_here(cpu_linear.BlockedMatmul(two_streams=True),
+                                  [model.proj.weight, model.embed.weight]) == ""
     out["blocked exact here"] = float(exact)
     out["blocked install"] = float(choice.blocked != exact or swapped != exact
                                    or (choice.reason is not cpu_linear.Reason.NOT_EXACT) == (not exact))
     out["blocked tied model"] = (mx.abs(model(x) - ref).max() / mx.abs(ref).max()).item()
-    kept = [cpu_linear.install(nn.Linear(4, 4), 17, sharded=False), cpu_linear.install(nn.Linear(4, 4), 8, sharded=True)]
+    kept = [cpu_linear.install(nn.Linear(4, 4), 17, sharded=False),
+            cpu_linear.install(nn.Linear(4, 4), 8, sharded=True)]
     out["blocked kept off"] = float(any(c.blocked for c in kept))
     return out
 

@@ -68,7 +68,8 @@ def test_a_bad_entry_is_named_and_its_key_is_never_echoed(entry, complaint):
 
 def test_names_and_keys_are_unique():
     with pytest.raises(ConfigError, match="'a' is used twice"):
-        parse([{"name": "a", "scope": "admin", "key": ADMIN_TEXT}, {"name": "a", "scope": "admin", "key": INFER_TEXT}], "k")
+        parse([{"name": "a", "scope": "admin", "key": ADMIN_TEXT},
+               {"name": "a", "scope": "admin", "key": INFER_TEXT}], "k")
     with pytest.raises(ConfigError, match="the same key"):
         parse([{"name": "a", "scope": "admin", "key": ADMIN_TEXT}, {"name": "b", "scope": "inference",
                                                                    "key": ADMIN_TEXT}], "k")
@@ -226,7 +227,8 @@ class Streams:
         resp.stream = iter([b"a", b"b"])
 
 
-def app(tmp_path: Path, keys: tuple[ApiKey, ...] = KEYS, listen: str = "0.0.0.0", **limits) -> falcon.testing.TestClient:
+def app(tmp_path: Path, keys: tuple[ApiKey, ...] = KEYS, listen: str = "0.0.0.0",
+        **limits) -> falcon.testing.TestClient:
     from skulk.services.api.errors import serialize_error
     application = falcon.App(middleware=[
         AuthMiddleware(Policy(keys, listen=listen), {"/admin": Scope.ADMIN, "/v1/messages": Scope.INFERENCE,
@@ -298,3 +300,17 @@ def test_without_keys_the_clusters_other_nodes_may_read_admin_routes(tmp_path):
     assert k.simulate_get("/f", remote_addr="192.0.2.7").status_code == 401  # with keys, no node is trusted
     answer = k.simulate_get("/f", headers={"x-api-key": ADMIN_TEXT})
     assert answer.json == {"Authorization": f"Bearer {ADMIN_TEXT}"}  # what the cluster views send to peers
+
+
+def test_a_client_at_any_of_the_machines_own_addresses_is_on_this_machine():
+    def served(remote: str, own: frozenset[str]) -> int:
+        application = falcon.App(middleware=[AuthMiddleware(Policy(listen="0.0.0.0"), {"/admin": Scope.ADMIN},
+                                                            own_addresses=lambda: own)])
+        application.add_route("/admin", Echo())
+        return falcon.testing.TestClient(application).simulate_post("/admin", json={}, remote_addr=remote).status_code
+
+    mine = frozenset({"10.0.0.7", "fe80::1"})
+    assert served("10.0.0.7", mine) == 200  # its own LAN address, dialled from this machine
+    assert served("::ffff:10.0.0.7", mine) == 200
+    assert served("10.0.0.8", mine) == 403  # another machine on the LAN
+    assert served("10.0.0.7", frozenset()) == 403  # once the address has left this machine

@@ -36,7 +36,8 @@ def shaped(*shape: int) -> SimpleNamespace:
 
 def test_the_quantization_is_the_common_bits_with_each_layer_that_differs():
     weights = {  # in = 576: 4 bits -> 72 uint32 per row, 8 bits -> 144; 18 groups of 32
-        "model.layers.0.self_attn.q_proj.weight": shaped(576, 72), "model.layers.0.self_attn.q_proj.scales": shaped(576, 18),
+        "model.layers.0.self_attn.q_proj.weight": shaped(576, 72),
+        "model.layers.0.self_attn.q_proj.scales": shaped(576, 18),
         "model.layers.0.mlp.up_proj.weight": shaped(1536, 72), "model.layers.0.mlp.up_proj.scales": shaped(1536, 18),
         "model.embed_tokens.weight": shaped(49152, 144), "model.embed_tokens.scales": shaped(49152, 18),
         "model.norm.weight": shaped(576),

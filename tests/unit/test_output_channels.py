@@ -100,7 +100,8 @@ def test_a_call_the_parser_cannot_read_stays_text():
 
 def test_thinking_text_is_marked_reasoning():
     fmt = OutputFormat(think=("<think>", "</think>"))
-    b = Batcher(FakeEngine(model_context=1000, script="<think>hm</think>ok", format=fmt), Limits(max_batch=2, queue_max=0))
+    b = Batcher(FakeEngine(model_context=1000, script="<think>hm</think>ok", format=fmt),
+                Limits(max_batch=2, queue_max=0))
     b.on_generate([b"r1"], request(""), 0.0)
     chunks = [m for m in run(b)["r1"] if isinstance(m, TokenChunk)]
     assert "".join(c.text for c in chunks if c.reasoning) == "hm"

@@ -127,7 +127,8 @@ def test_a_model_no_store_has_is_placed_only_on_the_nodes_that_hold_it():
     placed = place(on_b, PlaceInstance(command_id="x", card=CARD), ids())
     assert not isinstance(placed, PlacementError) and set(placed.node_to_runner) == {"b"}
     refused = place(on_b, PlaceInstance(command_id="x", card=CARD, min_nodes=2), ids())
-    assert isinstance(refused, PlacementError) and refused.message.startswith("o/m is not in the models dir of node(s) a, c")
+    assert isinstance(refused, PlacementError)
+    assert refused.message.startswith("o/m is not in the models dir of node(s) a, c")
     unreported = replace(on_b, catalog={"b": on_b.catalog["b"]})  # a and c have not said yet: not ruled out
     assert not isinstance(place(unreported, PlaceInstance(command_id="x", card=CARD, min_nodes=3), ids()),
                           PlacementError)

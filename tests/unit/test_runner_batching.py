@@ -32,7 +32,7 @@ def run(b: Batcher, followers: list[FakeEngine] = (), limit: int = 200) -> dict[
         if plan is None:
             return got
         step = b.admit_plan(plan, 0.0)
-        for i, f in enumerate(followers):
+        for f in followers:
             follow(f, step, step.seq)
         for envelope, msg in b.run_step(lambda: 1.0):
             got.setdefault(envelope[0].decode(), []).append(msg)

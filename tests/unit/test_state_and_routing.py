@@ -180,7 +180,8 @@ def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
     ("any words at all", FailReason.STALLED, "stalled"), ("boom", "", "engine_error")])
 def test_a_failure_the_api_saw_first_is_recorded_as_task_failed_by_its_reason(message, reason, kind):
     state, _, _ = placed()
-    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0).events)
+    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS),
+                              ids(), 0.0).events)
     events = handle(state, TaskFinished(command_id="f", finished_command_id="t1", failed=True,
                                         error_message=message, reason=reason), ids(), 0.0).events
     assert [type(e).__name__ for e in events] == ["TaskFailed", "TaskDeleted"]
@@ -223,7 +224,8 @@ def test_a_deposed_leader_resubmits_its_operator_deletions_of_instances_the_winn
 
 def test_delete_cancels_running_tasks_then_deletes():
     state, iid, _ = placed()
-    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0).events)
+    state = run(state, handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS),
+                              ids(), 0.0).events)
     out = handle(state, DeleteInstance(command_id="d", instance_id=iid), ids(), 0.0)
     assert [type(e).__name__ for e in out.events] == ["TaskStatusUpdated", "InstanceDeleted"]
     assert handle(state, DeleteInstance(command_id="d2", instance_id="nope"), ids(), 0.0).reply == \
@@ -291,7 +293,8 @@ def test_a_runner_waits_while_its_model_has_no_local_copy_and_a_running_one_is_k
 def test_a_runner_waits_for_its_models_companions_too():
     state, iid, rid = placed()
     inst = state.instances[iid]
-    with_drafter = replace(state, instances={iid: replace(inst, card=replace(inst.card, companions=("skulk/drafter",)))})
+    card = replace(inst.card, companions=("skulk/drafter",))
+    with_drafter = replace(state, instances={iid: replace(inst, card=card)})
     only_main = plan(with_drafter, "n1", set(), lambda m: AT_M(m) if m == "skulk/demo-tiny" else None, "h", "h")
     assert only_main == Plan([], [], ["skulk/drafter"])
     assert [s.runner_id for s in plan(with_drafter, "n1", set(), AT_M, "h", "h").start] == [rid]

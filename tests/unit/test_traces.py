@@ -66,7 +66,7 @@ def test_one_node_lists_and_loads_its_parts_of_a_task(tmp_path: Path):
 
 
 def test_the_list_is_newest_first_by_the_newest_part(tmp_path: Path):
-    for i, task in enumerate(["old", "new", "mid"]):
+    for task in ["old", "new", "mid"]:
         write_part(tmp_path, part(task, "api", "A", [("http", "api", 0, 5, -1)]))
         write_part(tmp_path, part(task, "rank0", "A", [("decode", "decode", 0, 5, 0)], tags=("tool_call",)))
     when = {"old": 1000.0, "new": 3000.0, "mid": 2000.0}

@@ -4,7 +4,7 @@ collect the whole answer and render it. Each adapter supplies only its parser an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import falcon
@@ -43,7 +43,7 @@ class StreamBody:
     ends; closing the `Stream` too does its bookkeeping even when the client left before the
     adapter's first frames reached the stream's own iteration (no generator `finally` ran)."""
 
-    def __init__(self, frames: Iterator[bytes], stream: Stream) -> None:
+    def __init__(self, frames: Generator[bytes, None, None], stream: Stream) -> None:
         self.frames, self.stream = frames, stream
 
     def __iter__(self) -> Iterator[bytes]:
@@ -51,12 +51,12 @@ class StreamBody:
 
     def close(self) -> None:
         try:
-            self.frames.close()  # type: ignore[attr-defined]
+            self.frames.close()
         finally:
             self.stream.close()
 
 
-def respond(resp: falcon.Response, stream: Stream, streamed: Callable[[Stream], Iterator[bytes]],
+def respond(resp: falcon.Response, stream: Stream, streamed: Callable[[Stream], Generator[bytes, None, None]],
             whole: Whole, media: str = "text/event-stream") -> None:
     """A streaming body when the request asked for one, else the whole answer (a failure is a
     real HTTP error, never a 200 with an error inside)."""

@@ -10,7 +10,7 @@ stream began is `event: error`. Errors before it are HTTP errors in Anthropic's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import falcon
@@ -126,7 +126,7 @@ class MessagesResource:
                 lambda stream, chunks, done: message(stream, "".join(c.text for c in chunks), done))
 
 
-def events(stream: Stream) -> Iterator[bytes]:
+def events(stream: Stream) -> Generator[bytes, None, None]:
     yield sse_event("message_start", {"type": "message_start", "message": message(stream, None, None)})
     yield sse_event("content_block_start", {"type": "content_block_start", "index": 0,
                                             "content_block": {"type": "text", "text": ""}})

@@ -9,7 +9,7 @@ errors in the envelope. Whatever happens, the client gets an answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
 
@@ -32,7 +32,7 @@ class ChatResource:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         params = parsed(req, parse)
         if self.bench:  # upstream: always a whole response, with the generation stats
-            params = replace(params, stream=False)  # type: ignore[type-var]
+            params = replace(params, stream=False)
         respond(resp, open_stream(self.generation, params), sse, self.whole)
 
     def whole(self, stream: Stream, chunks: list[TokenChunk], done: Done) -> dict[str, Any]:
@@ -43,7 +43,7 @@ class ChatResource:
         return body
 
 
-def sse(stream: Stream) -> Iterator[bytes]:
+def sse(stream: Stream) -> Generator[bytes, None, None]:
     cid, model, created = stream.command_id, stream.params.model, stream.created
     yield sse_comment("keep-alive")
     yield sse_comment(f"command_id {cid}")

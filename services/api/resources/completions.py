@@ -7,7 +7,7 @@ token-id prompts are refused. `echo` prefixes the prompt to the text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import falcon
@@ -92,7 +92,7 @@ class CompletionsResource:
                                                                    done.finish_reason), fmt.done_usage(done)))
 
 
-def sse(stream: Stream, echo: str) -> Iterator[bytes]:
+def sse(stream: Stream, echo: str) -> Generator[bytes, None, None]:
     yield sse_comment(f"command_id {stream.command_id}")
     if echo:
         yield sse_data(_body(stream, _choice(echo, None), None))

@@ -69,7 +69,7 @@ def placement_json(inst: Instance, state: State, node_id: str) -> dict[str, Any]
     master = state.master_node_id or None
     tasks = sorted(t.task_id for t in state.tasks.values()
                    if t.instance_id == inst.instance_id and t.status in OPEN_STATUSES)
-    runners = []
+    runners: list[dict[str, Any]] = []
     for rid, shard in sorted(inst.runner_to_shard.items(), key=lambda kv: kv[1].device_rank):
         nid = node_of.get(rid, "")
         info = state.nodes.get(nid)
@@ -120,8 +120,9 @@ RUNTIME: Schema = obj({
 IDENTITY: Schema = nullable(obj({
     "modelId": STRING, "chipId": STRING, "friendlyName": STRING, "osVersion": STRING, "osBuildVersion": STRING,
     "skulkVersion": STRING, "skulkCommit": _N_STRING},
-    {"accelerator": nullable(obj({"kind": enum("cpu", "cuda", "metal"), "name": STRING, "memory": obj({"inBytes": INTEGER}),
-                                  "count": INTEGER, "backend": STRING, "note": _N_STRING}))}))
+    {"accelerator": nullable(obj({"kind": enum("cpu", "cuda", "metal"), "name": STRING,
+                                  "memory": obj({"inBytes": INTEGER}), "count": INTEGER, "backend": STRING,
+                                  "note": _N_STRING}))}))
 PLACEMENT: Schema = obj({
     "instanceId": STRING, "modelId": STRING, "masterNodeId": _N_STRING, "masterIsPlacementNode": BOOLEAN,
     "localNodeIsPlacementNode": BOOLEAN, "placementNodeIds": array(STRING),

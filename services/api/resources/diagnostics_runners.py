@@ -42,7 +42,8 @@ def iso(ts: float) -> str:
     try:
         return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="microseconds")
     except (OverflowError, ValueError, OSError):  # a time no clock gives (a bad report on the bus): no 500
-        return (dt.datetime.max if ts > 0 else dt.datetime.min).replace(tzinfo=dt.UTC).isoformat(timespec="microseconds")
+        edge = dt.datetime.max if ts > 0 else dt.datetime.min
+        return edge.replace(tzinfo=dt.UTC).isoformat(timespec="microseconds")
 
 
 def memory(n: int | None) -> dict[str, int] | None:

@@ -10,7 +10,7 @@ Ollama client raises on it); before it, an HTTP error `{"error": ...}` (`errors.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,8 @@ def parse_generate(body: Any) -> TaskParams:
         if not prompt:
             require_content([])
         return TaskParams(model=model, messages=(), prompt=prompt, **_options(body))
-    messages = ([ChatMessage(role="system", content=system)] if system else []) + [ChatMessage(role="user", content=prompt)]
+    messages = (([ChatMessage(role="system", content=system)] if system else [])
+                + [ChatMessage(role="user", content=prompt)])
     require_content(messages)
     return TaskParams(model=model, messages=tuple(messages), **_options(body))
 
@@ -139,7 +140,7 @@ class OllamaGenerateResource:
                                          **self._piece("".join(c.text for c in chunks)), **_final(s, done, started)},
                 media=NDJSON)
 
-    def lines(self, stream: Stream, started: float) -> Iterator[bytes]:
+    def lines(self, stream: Stream, started: float) -> Generator[bytes, None, None]:
         model = stream.params.model
         for msg in stream:
             if isinstance(msg, TokenChunk) and msg.text:

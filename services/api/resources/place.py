@@ -57,12 +57,10 @@ class PlaceResource:
             except MasterUnavailable as exc:
                 raise http_error(503, str(exc)) from None
             attempt += 1
-            pending = (isinstance(reply, CommandRejected) and reply.reason == RejectReason.TOO_FEW_NODES
-                       and self._forming(cmd))
-            if not pending:
-                if isinstance(reply, CommandRejected):
-                    raise http_error(reply.status, reply.message)
+            if not isinstance(reply, CommandRejected):
                 return reply
+            if reply.reason != RejectReason.TOO_FEW_NODES or not self._forming(cmd):  # not info-pending
+                raise http_error(reply.status, reply.message)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise http_error(503, f"{reply.message}; node info is still being gathered (the "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import falcon
 
@@ -24,7 +25,8 @@ class PreviewsResource:
         card = self.catalog.card(req.get_param("model_id"))
         state = state_or_503(self.replica)
         excluded = tuple(req.get_param_as_list("excluded_node_ids") or ())
-        previews, seen = [], set()
+        previews: list[dict[str, Any]] = []
+        seen: set[tuple[str, str, str | int]] = set()  # (sharding, meta, "error" or the width)
         for sharding in ("Pipeline", "Tensor"):
             for meta in ("MlxRing", "MlxJaccl"):
                 for width in range(1, max(1, len(state.nodes)) + 1):
@@ -32,7 +34,7 @@ class PreviewsResource:
                                                         instance_meta=meta, min_nodes=width,
                                                         excluded_nodes=excluded), lambda: uuid.uuid4().hex)
                     if isinstance(result, PlacementError):
-                        key = (sharding, meta, "error")
+                        key: tuple[str, str, str | int] = (sharding, meta, "error")
                         if key not in seen:
                             seen.add(key)
                             previews.append({"model_id": card.model_id, "sharding": sharding,

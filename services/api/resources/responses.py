@@ -12,7 +12,7 @@ Streaming is the Responses event sequence, each event numbered: `response.create
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import falcon
@@ -48,7 +48,8 @@ def _text(raw: Any, where: str) -> str:
     if isinstance(raw, list):
         parts = []
         for i, part in enumerate(raw):
-            if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS or not isinstance(part.get("text"), str):
+            if (not isinstance(part, dict) or part.get("type") not in TEXT_PARTS
+                    or not isinstance(part.get("text"), str)):
                 raise ApiError(400, f"{where}[{i}]: only text parts are supported")
             parts.append(part["text"])
         return "".join(parts)
@@ -142,7 +143,7 @@ class ResponsesResource:
                 lambda stream, chunks, done: response(stream, "".join(c.text for c in chunks), done))
 
 
-def events(stream: Stream) -> Iterator[bytes]:
+def events(stream: Stream) -> Generator[bytes, None, None]:
     seq = itertools.count()
     item_id = f"msg_{stream.command_id}"
     at = {"item_id": item_id, "output_index": 0, "content_index": 0}

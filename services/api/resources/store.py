@@ -58,9 +58,9 @@ class StorageResource:
             total = free = 0
         resp.media = {
             "nodeId": self.node_id, "stagingRoot": str(self.staging) if self.staging else None,
-            "stagedModels": [{"modelId": s.model_id, "directory": str(self.staging / dir_name(s.model_id)),  # type: ignore[operator]
+            "stagedModels": [{"modelId": s.model_id, "directory": str(self.staging / dir_name(s.model_id)),
                               "sizeBytes": s.size_bytes, "lastUsedEpochSeconds": s.last_used,
-                              "inUse": s.model_id in in_use} for s in staged],
+                              "inUse": s.model_id in in_use} for s in staged] if self.staging else [],
             "stagedTotalBytes": sum(s.size_bytes for s in staged),
             "eventLogBytes": _bytes_under(self.home / "eventlog"), **_event_log_mode(self.home / "eventlog"),
             "diskTotalBytes": total, "diskFreeBytes": free}
