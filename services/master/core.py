@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
 from skulk.cluster.state import NodeRestarting, RunnerStatusUpdated, State
 from skulk.services.master import saved_state
-from skulk.services.master.effects import Answer, Channel, Effect, Instant, LinkPeers, ToPeer, Unexpected
+from skulk.services.master.effects import (
+    Answer,
+    Channel,
+    Effect,
+    Instant,
+    LinkPeers,
+    SupervisorVerb,
+    ToPeer,
+    Unexpected,
+)
 from skulk.services.master.election import BOOT_WAIT_S, Action, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.failures import RecoveryPolicy
 from skulk.services.master.follower import Follower
@@ -196,9 +205,15 @@ class MasterCore:
             self.own.send_all()
         return self._end()
 
-    def supervisor_missed_drained(self) -> None:
-        """The supervisor could not take `drained` yet: tell it again at the next tick."""
-        self.own.drain_told = False
+    def supervisor_missed(self, verb: SupervisorVerb) -> None:
+        """The supervisor could not take `verb` yet (its queue is full): `drained` is told again
+        at the next tick; a restart is forgotten, so the operator's next request asks again
+        instead of a 409 for a restart that is not coming."""
+        if verb is SupervisorVerb.DRAINED:
+            self.own.drain_told = False
+        else:
+            log.warning("could not ask this node's supervisor to restart (its queue is full); not restarting")
+            self.own.restart_asked = False
 
     # -- what the service asks ---------------------------------------------------------------
     def to_save(self) -> State | None:
@@ -220,10 +235,12 @@ class MasterCore:
                 self._answer(envelope, StateSnapshot(command_id=cmd.command_id, state=s.state))
         elif s.leading:
             self._answer(envelope, self.leader.execute(cmd))
-        else:
-            assert isinstance(cmd, ForwardableCommand), f"{cmd.TYPE}: every command but RestartNode is forwardable"
+        elif isinstance(cmd, ForwardableCommand):
             s.desk.hold(cmd.command_id, envelope, cmd, s.now.mono)
             self.follower.forward(cmd.command_id)
+        else:  # a command type no leader takes (the wire's forwardable set lacks it)
+            self._answer(envelope, CommandRejected(command_id=cmd.command_id, status=400,
+                                                   message=f"{cmd.TYPE} cannot be forwarded to the leader"))
 
     def _act(self, actions: list[Action]) -> None:
         s = self.s

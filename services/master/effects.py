@@ -90,12 +90,12 @@ class SyncConfig:
 
 @dataclass(frozen=True, slots=True)
 class TraceRoute:
-    """Keep the router's span of a traced task; the service times it around the input that
-    made it (the core reads no clock)."""
+    """Keep the router's span of a traced task (the leader's decision and its event)."""
 
     routed: Routed
     model_id: str
     load: int
+    start_us: int  # the input's wall clock: the span runs from there to when the service writes it
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,10 @@ class Election:
     """Part of every session id this process opens: a node restarted in place keeps its node
     id and starts its clock again, and its new session must not pass for the old one (whose
     followers would take the new events for ones they already have)."""
+    wins: int = 0
+    """Sessions this process has opened, also part of each id: a campaign may bring the clock back
+    to one this node already led at (`on_campaign` joins at the campaigner's clock), and a second
+    session under the same id would pass for the first with its index started over."""
     clock: int = 0
     seniority: int = 0
     leader: str | None = None
@@ -113,7 +117,9 @@ class Election:
         self.seniority = max(self.seniority, size)
         self.followers = set()
         self.leader = self.node_id
-        self.session = f"{self.clock}-{self.node_id}" + (f"-{self.incarnation}" if self.incarnation else "")
+        self.wins += 1
+        self.session = f"{self.clock}-{self.node_id}" + (f"-{self.incarnation}" if self.incarnation else "") \
+            + (f".{self.wins}" if self.wins > 1 else "")
         self.leader_key, self.leader_seen = self.key(), now
         self.campaign_until, self.candidates = None, {}
         return [BecomeLeader(self.session)]

@@ -79,7 +79,8 @@ class Leader:
             s.desk.remember(cmd.command_id, reply)
             if isinstance(reply, Routed) and reply.trace:
                 task = s.state.tasks.get(reply.task_id)
-                s.out.append(TraceRoute(reply, task.params.model if task else "", s.loads.get(reply.runner_id)))
+                s.out.append(TraceRoute(reply, task.params.model if task else "", s.loads.get(reply.runner_id),
+                                        start_us=int(s.now.wall * 1_000_000)))
         return reply
 
     def replay(self, envelope: list[bytes], msg: ReplayRequest) -> None:

@@ -27,7 +27,6 @@ from skulk.services.master.effects import (
     Instant,
     LinkPeers,
     Publish,
-    SupervisorVerb,
     SyncConfig,
     TellSupervisor,
     ToPeer,
@@ -65,7 +64,6 @@ class MasterService:
         self.supervisor = SupervisorLink(make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run)))
         self.peers = PeerLinks(loop, core.s.node_id, self.on_peer)
         self.config_file = config_sync.ConfigFile(config_file, loop.rt.args.home)
-        self.span_start_us = 0
 
     # -- inputs ------------------------------------------------------------------------------
     def on_local(self, sock: zmq.Socket[Any]) -> None:
@@ -75,7 +73,6 @@ class MasterService:
                             CommandRejected(command_id="", status=400, message=f"bad command: {exc}"))
 
         for envelope, msg in drain(sock, recv_routed, limit=100, on_error=refuse):
-            self.span_start_us = now_us()
             self.carry_out(self.core.on_local(envelope, msg, now()))
 
     def on_cluster(self, sock: zmq.Socket[Any]) -> None:
@@ -83,7 +80,6 @@ class MasterService:
             REFUSALS.refuse(peer_of(exc.envelope) if isinstance(exc, RoutedDecodeError) else "", exc, time.monotonic())
 
         for envelope, msg in drain(sock, recv_routed, limit=200, on_error=refuse):
-            self.span_start_us = now_us()
             self.carry_out(self.core.on_cluster(envelope, msg, now()))
 
     def on_peer(self, sock: zmq.Socket[Any]) -> None:
@@ -118,8 +114,8 @@ class MasterService:
             elif isinstance(effect, SyncConfig):
                 self.config_file.sync(effect.state)
             elif isinstance(effect, TellSupervisor):
-                if not self.supervisor.tell(effect.verb.value) and effect.verb is SupervisorVerb.DRAINED:
-                    self.core.supervisor_missed_drained()
+                if not self.supervisor.tell(effect.verb.value):
+                    self.core.supervisor_missed(effect.verb)
             elif isinstance(effect, TraceRoute):
                 self.trace_route(effect)
             elif isinstance(effect, Unexpected):
@@ -140,7 +136,7 @@ class MasterService:
         routed = effect.routed
         part = TracePart(task_id=routed.task_id, part="router", node_id=self.core.s.node_id, friendly_name="",
                          model_id=effect.model_id)
-        part.add("route", "router", self.span_start_us, now_us(),
+        part.add("route", "router", effect.start_us, now_us(),
                  attrs={"instanceId": routed.instance_id, "runnerId": routed.runner_id, "load": effect.load})
         write_part(self.loop.rt.args.home, part)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from skulk.cluster.catalog import NodeCatalogUpdated
-from skulk.cluster.state import State
+from skulk.cluster.state import IndexedEvent, State
 from skulk.services.master.core import CoreSettings, MasterCore
 from skulk.services.master.effects import (
     Answer,
@@ -53,6 +53,10 @@ class Sim:
     catalogs: dict[str, NodeCatalogUpdated] = field(default_factory=dict)
     drop: Callable[[str, str, Message], bool] = lambda src, dst, msg: False
     """A filter for messages the network loses (source, destination, message)."""
+    indexed: dict[tuple[str, int], Message] = field(default_factory=dict)
+    """Every event any node published, by (session, index): one event per place, ever."""
+    opened: set[str] = field(default_factory=set)
+    leading: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.groups = [set(self.names)]
@@ -78,7 +82,12 @@ class Sim:
         return core
 
     def kill(self, name: str) -> None:
+        """The node stops: no input reaches its core (`thaw` resumes the same core, as a process
+        that was stopped rather than killed; `start` makes a new one)."""
         self.alive.discard(name)
+
+    def thaw(self, name: str) -> None:
+        self.alive.add(name)
 
     def partition(self, *groups: set[str]) -> None:
         self.groups = [set(g) for g in groups]
@@ -108,6 +117,12 @@ class Sim:
         if self.steps % 10 == 0:
             for name in sorted(self.alive):
                 self.deliver(name, self.cores[name].every_second(self.now()))
+        for name in sorted(self.alive):  # no session is opened twice, by anyone
+            election = self.cores[name].election
+            if election.is_leader and self.leading.get(name) != election.session:
+                assert election.session not in self.opened, f"{name} opened session {election.session} again"
+                self.opened.add(election.session)
+            self.leading[name] = election.session if election.is_leader else ""
 
     def run(self, seconds: float) -> None:
         for _ in range(round(seconds / 0.1)):
@@ -147,6 +162,10 @@ class Sim:
                 self.told[src].append(effect.verb.value)
             elif isinstance(effect, Publish):
                 self.published[src].append(effect.message)
+                if isinstance(effect.message, IndexedEvent):
+                    place = (effect.message.session, effect.message.idx)
+                    first = self.indexed.setdefault(place, effect.message)
+                    assert first == effect.message, f"two events at {place}: {first} and {effect.message}"
 
     def sends(self, src: str, effect: Effect) -> list[tuple[str, Message]]:
         if isinstance(effect, ToPeers):
@@ -166,9 +185,7 @@ class Sim:
         if len(leaders) != 1:
             return None
         lead = self.cores[leaders[0]]
-        same = all(self.cores[n].election.leader == leaders[0]
-                   and self.cores[n].state.session == lead.state.session
-                   and self.cores[n].state.last_event_applied_idx == lead.state.last_event_applied_idx
+        same = all(self.cores[n].election.leader == leaders[0] and self.cores[n].state == lead.state
                    for n in names)
         return leaders[0] if same else None
 
