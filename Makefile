@@ -27,6 +27,13 @@ sysdeps:
 	      || echo "warning: could not install libopenblas0-pthread; MLX will use its slower bundled BLAS"; \
 	  fi; \
 	fi
+	@# iproute2's `ip`: the LAN tests put nodes in network namespaces (they skip where it cannot run).
+	@if [ "$$(uname -s)" = "Linux" ] && command -v dpkg >/dev/null 2>&1 && ! command -v ip >/dev/null 2>&1 \
+	    && [ "$$(id -u)" = "0" ]; then \
+	  echo "installing iproute2 (for tests/integration/test_lan_discovery.py)"; \
+	  (apt-get update -qq && env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null) \
+	    || echo "warning: could not install iproute2; the LAN discovery tests will skip"; \
+	fi
 	@# Debian's Chromium: the dashboard's browser test drives it with Playwright (no browser download).
 	@if [ "$$(uname -s)" = "Linux" ] && command -v dpkg >/dev/null 2>&1 && ! dpkg -s chromium >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi; \

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -262,16 +263,20 @@ OPS = st.one_of(
     st.tuples(st.just("thaw"), st.sampled_from("abcd")),  # a stopped process resumes, state and all
     st.tuples(st.just("run"), st.integers(min_value=1, max_value=40)),
     st.tuples(st.just("place"), st.sampled_from("abcd")),
+    st.tuples(st.just("lossy"), st.integers(min_value=0, max_value=2**32 - 1)),  # the network drops a third
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(OPS, min_size=1, max_size=12))
 def test_any_membership_churn_keeps_one_leader_per_session_and_ends_with_one_leader(ops):
     sim = Sim(list("abcd"))
     placed = 0
     for op, arg in ops:
-        if op == "split":
+        if op == "lossy":
+            rng = random.Random(arg)
+            sim.drop = lambda src, dst, msg, rng=rng: rng.random() < 0.33
+        elif op == "split":
             sim.partition(set(arg), set("abcd") - set(arg))
         elif op == "heal":
             sim.heal()
@@ -290,6 +295,7 @@ def test_any_membership_churn_keeps_one_leader_per_session_and_ends_with_one_lea
             placed += 1
             place(sim, arg, f"p{placed}", card=replace(CARD, model_id=f"m/{placed}"))
     sim.heal()
+    sim.drop = lambda src, dst, msg: False
     for name in "abcd":
         if name not in sim.alive:
             sim.start(name)
