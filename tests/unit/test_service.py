@@ -50,7 +50,8 @@ def test_where_each_manager_reads_its_file(tmp_path):
     assert target("Darwin", True, tmp_path) == tmp_path / "Library/LaunchAgents/dev.skulk.node.plist"
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="the Linux layout")
+@pytest.mark.skipif(sys.platform != "linux",
+                    reason="installs the systemd unit a Linux machine gets (macOS gets a launchd plist)")
 def test_install_is_idempotent_never_replaces_a_foreign_unit_and_uninstall_undoes_it(tmp_path):
     home = tmp_path / "home"
     first = skulk_cli("install", "--user", "--root", str(tmp_path), "--home", str(home), "--", "--api-port", "5")
