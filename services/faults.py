@@ -2,7 +2,8 @@
 
 `SKULK_FAULTS="<role>@<phase>=<action>[,...]"`, for example `janitor@boot=hang` or
 `gossip@loop=crash`. Actions: `crash` (uncaught exception), `abort` (SIGABRT),
-`exit:N`, `hang` (block forever without heartbeats), `slow:S` (block S seconds once).
+`exit:N`, `hang` (block forever without heartbeats), `slow:S` (block S seconds once, idle),
+`busy:S` (compute for S seconds once: a slow or saturated machine, as the watchdog sees it).
 Phases used today: `boot` (before ready), `ready` (right after ready), `loop` (first loop
 tick). Unset in production: every check is then a dictionary miss.
 """
@@ -13,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 log = logging.getLogger("skulk.faults")
 
@@ -49,3 +51,7 @@ def inject(role: str, phase: str) -> None:
         threading.Event().wait()
     if action.startswith("slow:"):
         threading.Event().wait(float(action.split(":", 1)[1]))
+    if action.startswith("busy:"):
+        until = time.monotonic() + float(action.split(":", 1)[1])
+        while time.monotonic() < until:
+            sum(range(10000))

@@ -24,6 +24,7 @@ from skulk.node.config import NodeConfig
 from skulk.supervisor import control, node_identity
 from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
 from skulk.supervisor.child import ChildProcess
+from skulk.supervisor.probe import ProgressProbe
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 from skulk.wire import endpoints
@@ -51,6 +52,7 @@ class NodeLoop:
         self.drain: node_drain.Drain | None = None  # a restart waiting for the node's requests to end
         self._announced_ready = False
         self._started_at = time.monotonic()
+        self.probe = ProgressProbe()
 
     def _answer(self, envelope: list[bytes], reply: AdminReply) -> None:
         """Send an admin reply, with the name this node goes by now (gossip may have taken its
@@ -89,7 +91,7 @@ class NodeLoop:
         poller.register(self.control, zmq.POLLIN)
         poller.register(self.notify, zmq.POLLIN)
         poller.register(wake_r.fileno(), zmq.POLLIN)
-        self.root = Supervisor(self.spec, self._spawn, self._emit, self._root_done)
+        self.root = Supervisor(self.spec, self._spawn, self._emit, self._root_done, probe=self.probe.progress)
         self.root.start(time.monotonic())
         try:
             last_wake = time.monotonic()
@@ -112,6 +114,7 @@ class NodeLoop:
                 if self.control in ready:
                     self._drain_control(now)
                 self._drain_tick(now)
+                self.probe.sample([s.proc.pid for _o, s in self.root.workers() if s.proc is not None], now)
                 self.root.tick(now)
                 self._serve_waiters(now)
                 self._announce(now)

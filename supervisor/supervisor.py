@@ -19,13 +19,20 @@ from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.strategy import affected, should_restart
-from skulk.supervisor.watchdog import ChildClock, Verdict, boot_backoff_s, forgive, verdict
+from skulk.supervisor.watchdog import SLOW_PATIENCE, ChildClock, Progress, Verdict, boot_backoff_s, forgive, judge
 from skulk.wire.control import ChildStatus
 from skulk.wire.events import LifecycleEvent
 
 log = logging.getLogger("skulk.supervisor")
 
 Spawn = Callable[[ChildSpec, str, tuple[str, ...]], ChildProcess]
+Probe = Callable[[int, float], Progress | None]
+"""probe(pid, now): what the child did over its last seconds (`supervisor/probe.py`); None when
+it cannot be read (the watchdog then kills at the deadline, as it would without a probe)."""
+
+WATCHDOG_BATCH_S = 5.0
+"""Watchdog kills this close together are one event to the restart budget: a machine that stalled
+every child at once (a boot storm) is charged one restart, not one per child."""
 Emit = Callable[..., None]
 """emit(child_id, supervisor_id, event (a LifecycleEvent), pid, restarts, detail[, exit_code])"""
 
@@ -43,6 +50,8 @@ class WorkerSlot:
     restart_at: float | None = None
     boot_failures: int = 0
     started_at: float | None = None
+    killed_for: Verdict | None = None  # the watchdog's reason, while its kill is under way
+    killed_at: float | None = None
 
     def alive(self) -> bool:
         return self.proc is not None
@@ -81,11 +90,13 @@ class Supervisor:
     emit: Emit
     on_terminated: Callable[[str, int, float], None]
     parent: Supervisor | None = None
+    probe: Probe | None = None
     slots: dict[str, Slot] = field(default_factory=dict)
     budget: RestartBudget = field(init=False)
     terminated: bool = False
     terminating: bool = False
     _ops: deque[_StopThen] = field(default_factory=deque)
+    _charged_watchdog_at: float | None = None  # the watchdog kill last charged to the budget
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.spec.intensity, self.spec.period_s)
@@ -130,8 +141,13 @@ class Supervisor:
         if not isinstance(slot, WorkerSlot) or slot.proc is None or slot.proc.pid != pid:
             return False
         if slot.state == "starting" and slot.clock is not None:
+            if slot.clock.graces:
+                log.warning("%s ready (pid %d) %.1fs after its start, past its %.1fs ready deadline: "
+                            "this machine is slow or busy (it was making progress, so it was not killed)",
+                            child_id, pid, now - slot.clock.started_at, slot.clock.ready_timeout_s)
+            else:
+                log.info("%s ready (pid %d)", child_id, pid)
             slot.state, slot.clock, slot.boot_failures = "running", slot.clock.ready(now), 0
-            log.info("%s ready (pid %d)", child_id, pid)
             self.emit(child_id, self.spec.id, LifecycleEvent.READY, pid, slot.restarts, "")
         return True
 
@@ -150,8 +166,9 @@ class Supervisor:
         slot = self.slots[child_id]
         prev = slot.state
         pid = slot.proc.pid if isinstance(slot, WorkerSlot) and slot.proc else None
+        killed_for, killed_at = (slot.killed_for, slot.killed_at) if isinstance(slot, WorkerSlot) else (None, None)
         if isinstance(slot, WorkerSlot):
-            slot.proc, slot.kill_at = None, None
+            slot.proc, slot.kill_at, slot.killed_for, slot.killed_at = None, None, None, None
         else:
             slot.sup = None
         slot.state = "stopped"
@@ -173,11 +190,20 @@ class Supervisor:
             if self.spec.strategy == "simple_one_for_one":
                 del self.slots[child_id]
             return
-        boot_failed = prev == "starting" and returncode == exitcodes.BOOT_FAILURE
-        self._on_failure(slot, now, boot_failed)
+        # a child killed for not booting in time is retried with the boot back-off, as one
+        # that failed to boot: never in a tight loop
+        boot_failed = (prev == "starting" and returncode == exitcodes.BOOT_FAILURE) \
+            or killed_for == LifecycleEvent.READY_TIMEOUT
+        self._on_failure(slot, now, boot_failed, killed_at)
 
-    def _on_failure(self, slot: Slot, now: float, boot_failed: bool) -> None:
-        self.budget, exceeded = self.budget.record(now)
+    def _on_failure(self, slot: Slot, now: float, boot_failed: bool, killed_at: float | None = None) -> None:
+        if killed_at is not None and self._charged_watchdog_at is not None \
+                and abs(killed_at - self._charged_watchdog_at) < WATCHDOG_BATCH_S:
+            exceeded = False  # one of a batch of watchdog kills already charged (see WATCHDOG_BATCH_S)
+        else:
+            if killed_at is not None:
+                self._charged_watchdog_at = killed_at
+            self.budget, exceeded = self.budget.record(now)
         if exceeded:
             log.error("supervisor %s: restart intensity %d in %.0fs exceeded by %s; escalating",
                       self.spec.id, self.spec.intensity, self.spec.period_s, slot.id)
@@ -209,10 +235,18 @@ class Supervisor:
                 log.warning("%s did not stop within %.1fs; SIGKILL", slot.id, slot.spec.shutdown_s)
                 slot.proc.kill()
                 slot.kill_at = None
-            if watch and slot.state in ("starting", "running") and slot.clock is not None:
-                why = verdict(slot.clock, now)
+            if watch and slot.state in ("starting", "running") and slot.clock is not None \
+                    and slot.proc is not None and now >= slot.clock.deadline():
+                progress = self.probe(slot.proc.pid, now) if self.probe is not None else None
+                late = slot.clock.grace_until is not None
+                slot.clock, why = judge(slot.clock, now, progress)
                 if why is not None:
                     self._watchdog_kill(slot, why, now)
+                elif not late and slot.clock.grace_until is not None and progress is not None:
+                    log.warning("%s (pid %d) is past its %s deadline but making progress (%.2fs CPU in "
+                                "the last %.1fs, %s): this machine is slow or busy, not wedged; waiting",
+                                slot.id, slot.proc.pid, "ready" if slot.clock.ready_at is None else "heartbeat",
+                                progress.cpu_s, progress.window_s, progress.state)
             if watch and slot.state == "waiting" and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 self._start_worker(slot, now)
@@ -229,10 +263,12 @@ class Supervisor:
     def _watchdog_kill(self, slot: WorkerSlot, why: Verdict, now: float) -> None:
         assert slot.proc is not None and slot.clock is not None
         if why == LifecycleEvent.READY_TIMEOUT:
-            log.critical("%s (pid %d) did not report ready within %.1fs; killing it. If this "
+            busy = (f" (still busy {now - slot.clock.started_at:.0f}s after its start, past the "
+                    f"{SLOW_PATIENCE:g}x it may take on a slow machine)") if slot.clock.graces else " (no progress)"
+            log.critical("%s (pid %d) did not report ready within %.1fs%s; killing it. If this "
                          "recurs on the same machine and the child uses the GPU, the GPU may be "
                          "wedged: reboot that machine.", slot.id, slot.proc.pid,
-                         slot.clock.ready_timeout_s)
+                         slot.clock.ready_timeout_s, busy)
         elif why == LifecycleEvent.STEP_DEADLINE:
             log.error("%s (pid %d) has been inside one step (%s) for %.1fs, past its step deadline "
                       "(runner.step_deadline_s %.0fs); killing it", slot.id, slot.proc.pid, slot.clock.step,
@@ -241,7 +277,7 @@ class Supervisor:
             log.error("%s (pid %d) missed %d heartbeats (%.1fs); killing it", slot.id,
                       slot.proc.pid, slot.clock.liveness, slot.clock.heartbeat_s * slot.clock.liveness)
         self.emit(slot.id, self.spec.id, why, slot.proc.pid, slot.restarts, "watchdog kill")
-        slot.state = "killing"
+        slot.state, slot.killed_for, slot.killed_at = "killing", why, now
         slot.proc.terminate()
         slot.kill_at = now + slot.spec.shutdown_s
 
@@ -310,7 +346,7 @@ class Supervisor:
         self.emit(slot.id, self.spec.id, LifecycleEvent.STARTED, slot.proc.pid, slot.restarts, "")
 
     def _start_supervisor(self, slot: SupervisorSlot, now: float) -> None:
-        slot.sup = Supervisor(slot.spec, self.spawn, self.emit, self.handle_exit, parent=self)
+        slot.sup = Supervisor(slot.spec, self.spawn, self.emit, self.handle_exit, parent=self, probe=self.probe)
         slot.state, slot.started_at = "running", now
         slot.sup.start(now)
         self.emit(slot.id, self.spec.id, LifecycleEvent.STARTED, None, slot.restarts, "supervisor")

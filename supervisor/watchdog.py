@@ -6,11 +6,20 @@ kernel compile on a GPU, a large prefill on a slow device): its own watch thread
 `step_deadline_s` instead of by missed beats. A step that never returns is still killed, at
 its step's deadline; a child that says nothing at all is killed after `liveness` beats, as
 before.
+
+A busy machine is not a wedged one. When a ready or heartbeat deadline passes, `judge` weighs
+what the child did (`Progress`, read from the OS by `supervisor/probe.py`): a child that used
+CPU in the last seconds, or waits in the run queue for a CPU the machine has not given it (a
+boot storm, a neighbour compiling, a runner prefilling on every core), is given another short
+window instead of being killed, up to `SLOW_PATIENCE` times its deadline. A child that makes no
+progress (frozen by SIGSTOP, asleep at 0 % CPU as a wedged GPU leaves it) is killed at its
+deadline as before; so is one whose process cannot be read, and one still busy at the limit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Literal
 
 from skulk.wire.events import LifecycleEvent
@@ -18,6 +27,39 @@ from skulk.wire.events import LifecycleEvent
 Verdict = Literal[
     LifecycleEvent.READY_TIMEOUT, LifecycleEvent.HEARTBEAT_MISSED, LifecycleEvent.STEP_DEADLINE]
 """Why a child is killed, told on the bus as the `ChildLifecycle` event of its kill."""
+
+SLOW_PATIENCE = 10.0
+"""How far a child that keeps making progress may run past its deadline: this many times its
+ready deadline (boot) or its heartbeat window (after ready). Past that it is killed anyway: a
+loop that burns CPU and never beats is a bug, not a slow machine."""
+
+MIN_PROGRESS_CPU_S = 0.01
+"""CPU seconds within the probe window that count as progress: one scheduler tick (Linux
+accounts CPU time in 10 ms ticks). A process asleep on a wedged device uses none."""
+
+
+class RunState(StrEnum):
+    """The child's scheduling state as the OS reports it, reduced to what the watchdog needs."""
+
+    RUNNABLE = "runnable"  # on a CPU or waiting for one, or in uninterruptible I/O (disk)
+    SLEEPING = "sleeping"  # waiting on something of its own (a socket, a lock, a device)
+    STOPPED = "stopped"  # SIGSTOP or traced: frozen
+    GONE = "gone"  # exited (a zombie) or unreadable: its exit is about to be reaped
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What the supervisor saw of a child over its last probe window."""
+
+    cpu_s: float  # CPU seconds (user + system) the child used within the window
+    window_s: float  # how long that window was
+    state: RunState  # at the end of the window
+
+    def moving(self) -> bool:
+        """Working, or ready to work and only waiting for the machine."""
+        if self.state in (RunState.STOPPED, RunState.GONE):
+            return False
+        return self.state == RunState.RUNNABLE or self.cpu_s >= MIN_PROGRESS_CPU_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +74,16 @@ class ChildClock:
     step_since: float | None = None  # when the long step it reported began (supervisor's clock)
     step_beat: float | None = None  # when its watch thread last said so
     step: str = ""  # what that step is, for the log line that kills it
+    grace_until: float | None = None  # late but making progress: judged again then
+    graces: int = 0  # windows given so far for being late (boot: told when it reports ready)
 
     def ready(self, now: float) -> ChildClock:
-        return replace(self, ready_at=now, last_beat=now, step_since=None, step_beat=None, step="")
+        return replace(self, ready_at=now, last_beat=now, step_since=None, step_beat=None, step="",
+                       grace_until=None)
 
     def beat(self, now: float) -> ChildClock:
         """A beat from the loop: whatever step it reported has returned."""
-        return replace(self, last_beat=now, step_since=None, step_beat=None, step="")
+        return replace(self, last_beat=now, step_since=None, step_beat=None, step="", grace_until=None)
 
     def in_step(self, now: float, age_s: float, step: str) -> ChildClock:
         """The child's watch thread: its loop has been inside `step` for `age_s` seconds. The
@@ -54,7 +99,23 @@ class ChildClock:
                        step_beat=now, step=step)
 
     def deadline(self) -> float:
-        """The moment this child becomes overdue if nothing arrives before then."""
+        """The moment this child is judged if nothing arrives before then: its own deadline,
+        or, late but making progress, the end of the window it was given."""
+        own = self._own_deadline()
+        return own if self.grace_until is None else max(own, self.grace_until)
+
+    def window_s(self) -> float:
+        """The span one deadline gives: boot's ready deadline, or the heartbeat window."""
+        return self.ready_timeout_s if self.ready_at is None else self.heartbeat_s * self.liveness
+
+    def patience_end(self) -> float:
+        """Past this, a child still making progress is killed all the same."""
+        if self.ready_at is None:
+            return self.started_at + self.ready_timeout_s * SLOW_PATIENCE
+        last = self.last_beat if self.last_beat is not None else self.ready_at
+        return last + self.window_s() * SLOW_PATIENCE
+
+    def _own_deadline(self) -> float:
         if self.ready_at is None:
             return self.started_at + self.ready_timeout_s
         last = self.last_beat if self.last_beat is not None else self.ready_at
@@ -72,12 +133,18 @@ def forgive(clock: ChildClock, now: float) -> ChildClock:
     liveness window from `now` instead of blaming it for beats nobody was there to read."""
     if clock.ready_at is None:
         return ChildClock(now, clock.ready_timeout_s, clock.heartbeat_s, clock.liveness,
-                          step_deadline_s=clock.step_deadline_s)
+                          step_deadline_s=clock.step_deadline_s, graces=clock.graces)
     return clock.beat(now)
 
 
+def regrace_s(clock: ChildClock) -> float:
+    """How long a late child that makes progress is given before it is judged again: short, so
+    that one that stops progressing is still killed soon after."""
+    return max(clock.heartbeat_s, min(clock.window_s(), 5.0))
+
+
 def verdict(clock: ChildClock, now: float) -> Verdict | None:
-    """None while the child is on time; otherwise why it must be killed."""
+    """None while the child is on time; otherwise why it is overdue (`judge` weighs progress)."""
     if now < clock.deadline():
         return None
     if clock.ready_at is None:
@@ -86,6 +153,22 @@ def verdict(clock: ChildClock, now: float) -> Verdict | None:
             and now >= clock.step_since + clock.step_deadline_s:
         return LifecycleEvent.STEP_DEADLINE
     return LifecycleEvent.HEARTBEAT_MISSED
+
+
+def judge(clock: ChildClock, now: float, progress: Progress | None) -> tuple[ChildClock, Verdict | None]:
+    """The watchdog's decision at `now`: (the clock, None) while the child is on time; (a clock
+    with another window, None) when it is overdue but making progress on a slow or saturated
+    machine; (the clock, why) when it must be killed. A step past its own deadline is killed
+    whatever it does: that deadline is the operator's setting (`runner.step_deadline_s`)."""
+    why = verdict(clock, now)
+    if why is None:
+        return clock, None
+    if why == LifecycleEvent.STEP_DEADLINE or progress is None or not progress.moving():
+        return clock, why
+    end = clock.patience_end()
+    if now >= end:
+        return clock, why
+    return replace(clock, grace_until=min(now + regrace_s(clock), end), graces=clock.graces + 1), None
 
 
 def boot_backoff_s(consecutive_boot_failures: int, *, base_s: float = 1.0, cap_s: float = 30.0) -> float:

@@ -30,7 +30,7 @@ def _node_factory(root: Path) -> Iterator[Callable[..., Node]]:
         node = start_node(root, name, ready=False, **kw)
         started.append(node)
         if ready:
-            node.wait_ready(timeout=30)
+            node.wait_ready(timeout=30)  # stretched for this machine (patience.py)
         return node
 
     try:

@@ -1,7 +1,8 @@
 """Real nodes for tests: each its own `--home`, free loopback ports and process group.
 
 Waiting is always on a real signal with a deadline: the supervisor's `wait` verb, a bus
-event on the capture socket, or a process exit. Teardown SIGKILLs every process group that
+event on the capture socket, or a process exit. Deadlines are given as on a fast idle machine and
+stretched here for this one (`patience.py`). Teardown SIGKILLs every process group that
 was started, even when the test failed.
 """
 
@@ -26,6 +27,7 @@ from skulk.wire import codec, endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildStatus
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket
+from tests.integration.patience import patience
 from tools.ports import free_port
 
 
@@ -60,6 +62,7 @@ class Node:
         return reply.ok and reply.root_pid == self.pid and {c.id: c for c in reply.children}["api"].pid != old_api
 
     def wait_ready(self, target: str = "", min_restarts: int = 0, timeout: float = 20.0) -> AdminReply:
+        timeout = patience(timeout)
         reply = self.admin("wait", target, min_restarts=min_restarts, timeout_s=timeout)
         assert reply.ok, f"{target or 'node'} not ready in {timeout}s: {reply.message}\n{self.log_tail()}"
         return reply
@@ -139,8 +142,9 @@ class BusWatcher:
         self.sock = make_socket(self.ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_capture(run),
                                 subscribe=(prefix,))
 
-    def messages(self, timeout: float) -> Iterator[tuple[bytes, Message]]:
-        deadline = time.monotonic() + timeout
+    def messages(self, timeout: float, stretch: bool = True) -> Iterator[tuple[bytes, Message]]:
+        """Messages for nominally `timeout` seconds (stretched for this machine: `patience`)."""
+        deadline = time.monotonic() + (patience(timeout) if stretch else timeout)
         while (left := deadline - time.monotonic()) > 0:
             if self.sock.poll(int(left * 1000) + 1, zmq.POLLIN):
                 topic, payload = self.sock.recv_multipart()
@@ -150,7 +154,7 @@ class BusWatcher:
         for _topic, msg in self.messages(timeout):
             if predicate(msg):
                 return msg
-        raise AssertionError(f"no matching bus message within {timeout}s")
+        raise AssertionError(f"no matching bus message within {patience(timeout):.0f}s")
 
     def close(self) -> None:
         self.sock.close(0)
@@ -159,6 +163,7 @@ class BusWatcher:
 def wait_until(watch: Node, check: Callable[[], Any], timeout: float, what: str) -> Any:
     """Re-run `check` on every bus message of `watch` until it returns something truthy."""
     watcher = BusWatcher(watch, b"evt.")
+    timeout = patience(timeout)
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -167,7 +172,7 @@ def wait_until(watch: Node, check: Callable[[], Any], timeout: float, what: str)
                 return result
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"{what}: not within {timeout}s")
-            next(watcher.messages(left), None)
+                raise AssertionError(f"{what}: not within {timeout:.0f}s")
+            next(watcher.messages(left, stretch=False), None)
     finally:
         watcher.close()

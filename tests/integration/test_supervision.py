@@ -76,6 +76,21 @@ def test_child_that_never_reports_ready_is_killed_at_its_deadline(nodes):
     assert node.status()["bus"].restarts == 0
 
 
+def test_a_child_slow_to_boot_but_working_is_waited_for_not_killed(nodes):
+    """A busy machine is not a wedged one: a role that computes past its ready deadline (as on a
+    saturated machine) is given more time and comes up, unkilled and uncounted; the idle one
+    above (0 % CPU, as a wedged GPU leaves it) is killed at its deadline."""
+    node = nodes(config={"children": {"ready_timeout_s": 2.0}},
+                 env={"SKULK_FAULTS": "janitor@boot=busy:6"}, ready=False)
+    reply = node.wait_ready(timeout=30)
+    janitor = {c.id: c for c in reply.children}["janitor"]
+    print(f"a janitor computing for 6s at boot (ready deadline 2s) ready, {janitor.restarts} restarts")
+    assert janitor.restarts == 0
+    log = (node.home / "logs" / "supervisor.log").read_text()
+    assert "janitor" in log and "past its ready deadline but making progress" in log
+    assert "did not report ready" not in log
+
+
 def test_frozen_child_misses_heartbeats_and_is_replaced(nodes):
     node = nodes(config={"heartbeat": {"interval_s": 0.25, "liveness": 3}})
     watcher = BusWatcher(node, b"evt.supervisor.gossip")

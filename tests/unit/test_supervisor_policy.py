@@ -9,7 +9,16 @@ import pytest
 from skulk.node import exitcodes
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.strategy import affected, should_restart
-from skulk.supervisor.watchdog import ChildClock, boot_backoff_s, forgive, verdict
+from skulk.supervisor.watchdog import (
+    SLOW_PATIENCE,
+    ChildClock,
+    Progress,
+    RunState,
+    boot_backoff_s,
+    forgive,
+    judge,
+    verdict,
+)
 
 IDS = ["a", "b", "c", "d"]
 
@@ -126,3 +135,47 @@ def test_forgive_restarts_the_liveness_window_after_the_supervisors_own_stall():
     assert verdict(forgive(clock, 100.0), 100.0) is None
     booting = ChildClock(0.0, 5.0, 1.0, 3)
     assert forgive(booting, 100.0).deadline() == 105.0
+
+
+def test_judge_gives_a_late_child_that_makes_progress_another_window():
+    clock = ChildClock(started_at=10.0, ready_timeout_s=5.0, heartbeat_s=1.0, liveness=3)
+    working = Progress(cpu_s=0.3, window_s=3.0, state=RunState.SLEEPING)
+    starved = Progress(cpu_s=0.0, window_s=3.0, state=RunState.RUNNABLE)  # waits for a CPU
+    asleep = Progress(cpu_s=0.0, window_s=3.0, state=RunState.SLEEPING)  # a wedged device
+    frozen = Progress(cpu_s=0.2, window_s=3.0, state=RunState.STOPPED)
+    assert judge(clock, 14.0, asleep) == (clock, None)  # on time: nothing to weigh
+    for seen in (working, starved):
+        later, why = judge(clock, 15.0, seen)
+        assert why is None and later.grace_until == 20.0 and later.graces == 1
+        assert later.deadline() == 20.0 and verdict(later, 19.9) is None
+    for seen in (asleep, frozen, None):
+        assert judge(clock, 15.0, seen) == (clock, "ready_timeout")
+    late, _ = judge(clock, 15.0, working)
+    assert judge(late, 20.0, asleep)[1] == "ready_timeout"  # stopped making progress: killed
+    assert late.ready(21.0).grace_until is None  # ready: judged by its beats from then on
+
+
+def test_judge_stops_waiting_at_the_patience_limit():
+    clock = ChildClock(started_at=0.0, ready_timeout_s=5.0, heartbeat_s=1.0, liveness=3)
+    working = Progress(cpu_s=1.0, window_s=3.0, state=RunState.RUNNABLE)
+    now, why = 5.0, None
+    while why is None:
+        clock, why = judge(clock, now, working)
+        now = clock.deadline()
+    assert why == "ready_timeout" and clock.deadline() == 5.0 * SLOW_PATIENCE
+
+
+def test_judge_after_ready_weighs_missed_beats_the_same_way():
+    clock = ChildClock(0.0, 5.0, 1.0, 3).ready(2.0)
+    working = Progress(cpu_s=0.5, window_s=3.0, state=RunState.SLEEPING)
+    late, why = judge(clock, 5.0, working)
+    assert why is None and late.deadline() == 8.0
+    assert late.beat(6.0).deadline() == 9.0  # a beat: back on its own window
+    assert judge(late, 8.0, Progress(0.0, 3.0, RunState.SLEEPING))[1] == "heartbeat_missed"
+
+
+def test_a_step_past_its_deadline_is_killed_even_while_busy():
+    clock = ChildClock(0.0, 5.0, 1.0, 10, step_deadline_s=30.0).ready(1.0).beat(2.0)
+    clock = clock.in_step(20.0, 18.0, "prefill").in_step(31.0, 29.0, "prefill")
+    working = Progress(cpu_s=3.0, window_s=3.0, state=RunState.RUNNABLE)
+    assert judge(clock, 32.0, working)[1] == "step_deadline"

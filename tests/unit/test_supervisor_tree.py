@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from skulk.node import exitcodes
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
+from skulk.supervisor.watchdog import Progress, RunState
 
 
 @dataclass
@@ -168,7 +169,66 @@ def test_watchdog_kills_a_child_that_never_reports_ready_and_restarts_it():
     assert world.procs["a"].signals == ["TERM"]
     first = world.procs["a"].pid
     world.exit(sup, "a", -15, 10.2)
+    assert sup.slots["a"].state == "waiting"  # not booting in time is a boot failure: back-off
+    sup.tick(11.2)
     assert world.procs["a"].pid != first and sup.slots["a"].restarts == 1
+
+
+def busy(pid: int, now: float) -> Progress:
+    return Progress(cpu_s=0.5, window_s=3.0, state=RunState.SLEEPING)
+
+
+def idle(pid: int, now: float) -> Progress:
+    return Progress(cpu_s=0.0, window_s=3.0, state=RunState.SLEEPING)
+
+
+def test_a_late_child_making_progress_is_waited_for_and_an_idle_one_is_killed():
+    world = World()
+    spec = SupervisorSpec(id="top", strategy="one_for_one", intensity=10, period_s=60.0,
+                          children=(child("busy"), child("idle")))
+    verdicts = {"busy": busy, "idle": idle}
+    pids: dict[int, str] = {}
+    sup = Supervisor(spec, world.spawn, world.emit, world.on_terminated,  # type: ignore[arg-type]
+                     probe=lambda pid, now: verdicts[pids[pid]](pid, now))
+    sup.start(0.0)
+    pids.update({p.pid: cid for cid, p in world.procs.items()})
+    sup.tick(10.0)
+    assert world.procs["busy"].signals == [] and world.procs["idle"].signals == ["TERM"]
+    assert sup.next_deadline() == 15.0  # judged again after a short window, not at once
+    sup.on_ready("busy", world.procs["busy"].pid, 42.0)
+    assert sup.slots["busy"].state == "running" and sup.slots["busy"].restarts == 0
+
+
+def test_a_busy_child_is_killed_at_the_patience_limit():
+    world = World()
+    spec = SupervisorSpec(id="top", strategy="one_for_one", intensity=10, period_s=60.0, children=(child("a"),))
+    sup = Supervisor(spec, world.spawn, world.emit, world.on_terminated, probe=busy)  # type: ignore[arg-type]
+    sup.start(0.0)
+    now = 10.0
+    while True:
+        sup.tick(now)
+        if world.procs["a"].signals:
+            break
+        now = sup.next_deadline() or now + 1
+        assert now <= 100.0
+    assert now == 100.0  # SLOW_PATIENCE x the 10 s ready deadline
+
+
+def test_simultaneous_watchdog_kills_are_one_restart_to_the_budget():
+    """A boot storm's stall kills every child at once: one charge, not one per child."""
+    world = World()
+    spec = SupervisorSpec(id="top", strategy="one_for_one", intensity=1, period_s=60.0,
+                          children=tuple(child(c) for c in "abcd"))
+    sup = Supervisor(spec, world.spawn, world.emit, world.on_terminated)  # type: ignore[arg-type]
+    sup.start(0.0)
+    sup.tick(10.0)
+    for cid in "abcd":
+        world.exit(sup, cid, -15, 10.5)
+    assert world.terminated == [] and sup.budget.stamps == (10.5,)
+    sup.tick(12.0)  # after the boot back-off, all four again
+    assert all(s.restarts == 1 for s in sup.slots.values())
+    world.exit(sup, "a", 1, 20.0)  # a crash is a charge of its own: 2 > 1 escalates
+    assert world.terminated or sup.terminating
 
 
 def test_missed_heartbeats_kill_a_ready_child():
