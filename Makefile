@@ -81,8 +81,13 @@ run: setup
 	  fi; \
 	  wait $$node
 
+# Integration tests often wait on processes: two files run at once (pytest-xdist, one file
+# to a worker at a time, the longest first: tests/conftest.py). TEST_WORKERS=1 runs them in turn.
+TEST_WORKERS ?= 2
+PYTEST_PAR := $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
+
 test: setup lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PYTEST_PAR) tests
 
 # Both checkers must stay clean (configured in pyproject.toml).
 lint: setup
@@ -92,10 +97,10 @@ lint: setup
 	$(PY) -m mypy
 
 unit: setup
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q $(PYTEST_PAR) tests/unit
 
 integration: setup
-	$(PY) -m pytest -q tests/integration
+	$(PY) -m pytest -q $(PYTEST_PAR) tests/integration
 
 clean:
 	rm -rf $(VENV) *.egg-info build

@@ -37,12 +37,24 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def _share(lowest: int, highest: int) -> tuple[int, int]:
+    """This process's part of [lowest, highest): the whole range, or, in a parallel test run
+    (pytest-xdist names each worker `gwN` and says how many there are), the worker's own slice,
+    so two workers never hand out the same port between a probe and a node's bind."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not count.isdigit() or int(count) < 2:
+        return lowest, highest
+    n, size = int(worker[2:]) % int(count), (highest - lowest) // int(count)
+    return lowest + n * size, lowest + (n + 1) * size
+
+
 def free_port(pair: bool = False) -> int:
     """A loopback TCP port nobody holds (and port + 1 too when `pair`), outside the ephemeral range."""
     highest = min(ephemeral_first(), DEFAULT_EPHEMERAL_FIRST) - 2
     if highest <= LOWEST:
         raise RuntimeError(f"no port range below the ephemeral range (it starts at {ephemeral_first()})")
-    candidates = list(range(LOWEST, highest))
+    lowest, highest = _share(LOWEST, highest)
+    candidates = list(range(lowest, highest))
     _rng.shuffle(candidates)
     for port in candidates:
         wanted = (port, port + 1) if pair else (port,)

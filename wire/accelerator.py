@@ -9,7 +9,6 @@ not silently turned into the CPU.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import subprocess
@@ -60,6 +59,8 @@ def choose(forced: str, system: str, machine: str, cuda_package: str, gpus: list
 
 
 def _package(prefix: str) -> str:
+    import importlib.metadata  # here, not at the top: every role imports this module, few call this
+
     for dist in importlib.metadata.distributions():
         name = (dist.metadata["Name"] or "").lower()
         if name.startswith(prefix):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.auth.thread
+import zmq.utils.z85
 from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger("skulk.curve")
@@ -117,7 +117,7 @@ def load_key_file(path: Path) -> ClusterKeys:
 
 
 _active: ClusterKeys | None = None
-_authenticators: dict[int, zmq.auth.thread.ThreadAuthenticator] = {}  # by context
+_authenticators: dict[int, Any] = {}  # by context: a ThreadAuthenticator (`_authenticator`)
 _watchers: dict[int, list[tuple[zmq.Socket[Any], threading.Thread]]] = {}  # by context
 _lock = threading.Lock()
 
@@ -144,34 +144,38 @@ def rotating() -> bool:
     return _active is not None and len(_active.keys) > 1
 
 
-class _Authenticator(zmq.auth.thread.ThreadAuthenticator):
-    """ZAP: admit a CURVE client whose long-term key is one of the cluster's; a refusal is
-    logged once per peer address."""
+def _authenticator(ctx: zmq.Context[Any], keys: ClusterKeys) -> Any:
+    """A started ZAP handler that admits a CURVE client whose long-term key is one of the
+    cluster's; a refusal is logged once per peer address. pyzmq's authenticator runs asyncio:
+    imported here, by keyed nodes only, so no role pays for it at every start otherwise."""
+    import zmq.auth.thread
 
-    def __init__(self, ctx: zmq.Context[Any], keys: ClusterKeys) -> None:
-        super().__init__(ctx, log=logging.getLogger("skulk.curve.zap"))
-        self.keys = keys
-        self.address = ""
+    class Authenticator(zmq.auth.thread.ThreadAuthenticator):
+        def __init__(self) -> None:
+            super().__init__(ctx, log=logging.getLogger("skulk.curve.zap"))
+            self.address = ""
 
-    async def handle_zap_message(self, msg: list[bytes]) -> None:
-        self.address = msg[3].decode(errors="replace") if len(msg) > 3 else ""
-        await super().handle_zap_message(msg)
+        async def handle_zap_message(self, msg: list[bytes]) -> None:
+            self.address = msg[3].decode(errors="replace") if len(msg) > 3 else ""
+            await super().handle_zap_message(msg)
 
-    def callback(self, domain: str, key: bytes) -> bool:
-        allowed = key in self.keys.publics
-        if not allowed:
-            refusals.note("its key is not in the cluster key file", self.address)
-        return allowed
+        def callback(self, domain: str, key: bytes) -> bool:
+            allowed = key in keys.publics
+            if not allowed:
+                refusals.note("its key is not in the cluster key file", self.address)
+            return allowed
+
+    auth = Authenticator()
+    auth.start()
+    auth.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=auth)
+    return auth
 
 
 def _ensure_authenticator(ctx: zmq.Context[Any], keys: ClusterKeys) -> None:
     with _lock:
         if id(ctx) in _authenticators:
             return
-        auth = _Authenticator(ctx, keys)
-        auth.start()
-        auth.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=auth)
-        _authenticators[id(ctx)] = auth
+        _authenticators[id(ctx)] = _authenticator(ctx, keys)
 
 
 def release(ctx: zmq.Context[Any]) -> None:

@@ -68,3 +68,5 @@ class RunnerReport(Message):
     tok_s: float = 0.0  # tokens generated per second over the last report interval (all requests)
     pid: int = 0
     tokens_total: int = 0  # tokens generated since the runner started (a counter: rates come from it)
+    step_cpu_s: float = 0.0  # CPU seconds (all its threads) spent inside engine steps since it started
+    step_wall_s: float = 0.0  # wall seconds spent inside engine steps since it started

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +57,8 @@ class Batcher:
         self.last_prefilling = 0  # prompts still prefilling after the last step
         self.last_tokens = 0  # tokens the last step generated
         self.tokens_total = 0  # tokens generated since start (the runner's tok/s comes from it)
+        self.step_cpu_s = 0.0  # CPU (all threads) and wall seconds inside engine steps since start
+        self.step_wall_s = 0.0
         self.waiting: deque[Session] = deque()
         self.running: dict[int, Session] = {}  # by engine uid
         self.by_request: dict[str, Session] = {}
@@ -198,11 +201,14 @@ class Batcher:
         outs, self.failed_joiners = self.failed_joiners, []
         traces = self.traces or None  # falsy while no traced request is here: no clock reads
         start_us = now_us() if traces else 0
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         try:
             out = self.engine.step()
         except Exception as exc:  # noqa: BLE001
             log.exception("batch step failed; failing its %d requests", len(self.running))
             return outs + self._fail_all(f"{type(exc).__name__}: {exc}")
+        self.step_cpu_s += time.process_time() - cpu0  # what the model costs; the rest of the loop is ours
+        self.step_wall_s += time.perf_counter() - wall0
         now = now_fn()
         self.last_prefilling = sum(p.done < p.total for p in out.prompts)
         self.last_tokens = len(out.tokens)

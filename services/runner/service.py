@@ -125,7 +125,8 @@ class Runner:
         self.loop.publish(EVT_RUNNER, RunnerReport(
             runner_id=self.place.runner_id, instance_id=self.place.instance_id, status=self.status, active=active,
             waiting=waiting, phase=self.observer.recorder.phase, tok_s=round(self.observer.rate(total), 2),
-            pid=os.getpid(), tokens_total=total), suffix=self.place.runner_id)
+            pid=os.getpid(), tokens_total=total, step_cpu_s=round(self.batcher.step_cpu_s, 4),
+            step_wall_s=round(self.batcher.step_wall_s, 4)), suffix=self.place.runner_id)
         self.loop.status_detail = f"{self.status.kind} {self.place.model_id} batch {active} waiting {waiting}"
 
     def load(self) -> tuple[int, int]:

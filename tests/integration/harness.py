@@ -22,7 +22,7 @@ import psutil
 import yaml
 import zmq
 
-from skulk.scripts.admin_client import request
+from skulk.scripts.admin_client import NodeUnreachable, request
 from skulk.wire import codec, endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildStatus
 from skulk.wire.message import Message
@@ -62,9 +62,23 @@ class Node:
         return reply.ok and reply.root_pid == self.pid and {c.id: c for c in reply.children}["api"].pid != old_api
 
     def wait_ready(self, target: str = "", min_restarts: int = 0, timeout: float = 20.0) -> AdminReply:
-        timeout = patience(timeout)
-        reply = self.admin("wait", target, min_restarts=min_restarts, timeout_s=timeout)
-        assert reply.ok, f"{target or 'node'} not ready in {timeout}s: {reply.message}\n{self.log_tail()}"
+        """The supervisor's `wait` verb, asked in slices so that a node that has exited fails the
+        wait at once instead of at its (stretched) deadline."""
+        deadline = time.monotonic() + patience(timeout)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                reply = self.admin("wait", target, min_restarts=min_restarts, timeout_s=max(0.0, min(left, 5.0)),
+                                   request_timeout=2.0)
+            except NodeUnreachable:  # not answering yet (booting, or exec-ing in place)
+                reply = None
+            if reply is not None and (reply.ok or left <= 5.0):
+                break
+            code = self.proc.poll()
+            assert code is None, f"the node exited ({code}) before {target or 'it'} was ready\n{self.log_tail()}"
+            assert time.monotonic() < deadline, \
+                f"{target or 'node'} not ready in {patience(timeout):.0f}s\n{self.log_tail()}"
+        assert reply.ok, f"{target or 'node'} not ready in {patience(timeout):.0f}s: {reply.message}\n{self.log_tail()}"
         return reply
 
     def status(self) -> dict[str, ChildStatus]:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.batch_clients import all_at_once, body, compare, complete, max_logprob_gap, prompt, tokens_of
 from tests.integration.conftest import DEMO_DIR
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
 from tools.stream_load import StreamLoad, chat_body, summary
 
@@ -86,7 +87,7 @@ def test_a_cancelled_request_leaves_the_others_tokens_unchanged(serving):
                 break
     conn.close()  # the client goes away mid-batch: its row leaves the batch
     for t in threads:
-        t.join(60)
+        t.join(patience(60))
     for i, (status, reply) in enumerate(results):
         assert status == 200, reply
         assert compare(alone[i], tokens_of(reply), LOGPROB_TOL) == ""
@@ -138,7 +139,7 @@ def test_a_repeated_system_prompt_is_reused_and_changes_nothing(fresh, nodes, de
 def test_64_concurrent_clients_get_their_answer_or_a_503_and_none_hangs(serving):
     bodies = [chat_body(MODEL, prompt(i), 24, stream=i % 2 == 0) for i in range(64)]
     load = StreamLoad("127.0.0.1", serving.api_port, bodies, read_timeout=60).start()
-    outcomes = load.join(90)
+    outcomes = load.join(patience(90))
     print(summary(outcomes))
     assert not any(o.hung for o in outcomes)
     answered = [o for o in outcomes if o.status == 200 and o.done and not o.error]
@@ -204,8 +205,8 @@ def test_the_api_holds_64_streams_at_once(nodes, demo_model):
     wait_model_ready(node)
     bodies = [chat_body(MODEL, prompt(i), 300) for i in range(64)]
     load = StreamLoad("127.0.0.1", node.api_port, bodies, read_timeout=60).start()
-    together = load.wait_for(lambda outs: all(o.tokens > 0 and not o.done for o in outs), 60)
-    outcomes = load.join(120)
+    together = load.wait_for(lambda outs: all(o.tokens > 0 and not o.done for o in outs), patience(60))
+    outcomes = load.join(patience(120))
     assert together, "the 64 streams were never all producing at once\n" + summary(outcomes)
     assert all(o.done and not o.error and o.finish_reason in ("length", "stop") for o in outcomes), summary(outcomes)
 

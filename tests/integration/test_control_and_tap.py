@@ -18,6 +18,7 @@ from skulk.wire.events import ServiceStatus
 from skulk.wire.sockets import make_socket, publish
 from skulk.wire.topics import EVT_SERVICE
 from tests.integration.harness import BusWatcher
+from tests.integration.patience import patience
 
 
 def skulk(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -64,7 +65,7 @@ def test_admin_stop_exits_clean(nodes):
     node = nodes()
     out = skulk("admin", "stop", "--home", str(node.home))
     assert out.returncode == 0 and "stopping" in out.stdout
-    assert node.proc.wait(timeout=30) == exitcodes.CLEAN
+    assert node.proc.wait(timeout=patience(30)) == exitcodes.CLEAN
     assert node.group_pids() == []
 
 
@@ -112,7 +113,7 @@ def test_frozen_tap_does_not_slow_the_node(nodes):
         flood.close(0)
         watcher.close()
         tap.kill()
-        tap.wait(timeout=10)
+        tap.wait(timeout=patience(10))
 
 
 def test_bad_frames_on_local_sockets_are_rejected_and_survived(nodes):

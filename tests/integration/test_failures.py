@@ -10,6 +10,7 @@ import time
 from skulk.supervisor.tree import ROLES
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json
 from tools.stream_load import StreamLoad, chat_body, summary
 
@@ -25,7 +26,7 @@ def ask_meanwhile(node, clients: int = 4) -> tuple[StreamLoad, float]:
 
 
 def answered_at_once(load: StreamLoad, sent: float, what: str) -> None:
-    outcomes = load.join(30)
+    outcomes = load.join(patience(30))
     print(f"{what}:\n{summary(outcomes, sent)}")
     assert not any(o.hung for o in outcomes)
     assert all(o.ended_at is not None for o in outcomes)  # times printed above, not asserted
@@ -96,7 +97,7 @@ def test_post_admin_restart_drains_then_replaces_the_node_in_place_and_serves_ag
     old_api = node.status()["api"].pid
     streams = StreamLoad("127.0.0.1", node.api_port, [chat_body(MODEL, "Go on and on.", max_tokens)
                                                       for _ in range(3)], read_timeout=60).start()
-    assert streams.wait_for(lambda outs: all(o.tokens for o in outs), 60)
+    assert streams.wait_for(lambda outs: all(o.tokens for o in outs), patience(60))
     t0 = time.monotonic()
     status, body = http_json(f"{node.url}/admin/restart", b"")
     assert status == 200 and body == {"status": "restarting", "node_id": node_id}
@@ -104,7 +105,7 @@ def test_post_admin_restart_drains_then_replaces_the_node_in_place_and_serves_ag
                         "/health says draining")
     running = sum(not o.done for o in streams.outcomes)
     assert health[1]["status"] == "draining"
-    outcomes = streams.join(60)
+    outcomes = streams.join(patience(60))
     print(f"streams in flight during POST /admin/restart ({running} still running when /health said "
           f"draining):\n{summary(outcomes, t0)}")
     assert all(o.done and o.error is None and o.finish_reason == "length" and o.tokens == max_tokens
@@ -141,7 +142,7 @@ def test_a_drain_ends_at_its_deadline_and_a_stop_cuts_it_short(nodes, demo_model
 
     def stalled_stream() -> StreamLoad:
         load = StreamLoad("127.0.0.1", node.api_port, [chat_body(MODEL, "Go on.", 50)], read_timeout=60).start()
-        assert load.wait_for(lambda outs: outs[0].tokens >= 4, 60)  # the runner stalls at step 8
+        assert load.wait_for(lambda outs: outs[0].tokens >= 4, patience(60))  # the runner stalls at step 8
         return load
 
     first = stalled_stream()
@@ -151,7 +152,7 @@ def test_a_drain_ends_at_its_deadline_and_a_stop_cuts_it_short(nodes, demo_model
     wait_until(node, lambda: "drain deadline (1.5s, node.drain_timeout_s) passed" in log.read_text(), 20,
                "the drain deadline")
     took = time.monotonic() - t0
-    (cut,) = first.join(30)
+    (cut,) = first.join(patience(30))
     print(f"drain deadline: restarted {took:.2f}s after POST /admin/restart; the stalled stream: "
           f"{cut.tokens} tokens, {cut.error or cut.finish_reason}")
     assert cut.error  # it could not finish: cut by the restart, as before the drain existed
@@ -163,9 +164,9 @@ def test_a_drain_ends_at_its_deadline_and_a_stop_cuts_it_short(nodes, demo_model
     wait_until(node, lambda: log.read_text().count("draining first") == 2, 10, "the second drain")
     t0 = time.monotonic()
     assert node.admin("stop").ok
-    assert node.proc.wait(timeout=15) == 0
+    assert node.proc.wait(timeout=patience(15)) == 0
     print(f"an orderly stop during a drain: exit 0 {time.monotonic() - t0:.2f}s later")
-    second.join(30)
+    second.join(patience(30))
     assert "restarting in place" not in log.read_text().split("draining first")[-1]
 
 

@@ -25,6 +25,7 @@ from skulk.wire.commands import (
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json, wait_model_ready
 from tools.stream_load import StreamLoad, chat_body, summary
 
@@ -118,7 +119,7 @@ def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
     print(f"a new request sent {sent - fault_at:.3f}s after the SIGABRT: HTTP {status} after "
           f"{time.monotonic() - sent:.2f}s")
     assert status == 200 or (status == 500 and lost_error(body["error"]["message"])), body
-    outcomes = clients.join(90)
+    outcomes = clients.join(patience(90))
     times = check_outcomes(outcomes, fault_at, "SIGABRT of one runner, 8 clients", may_finish=True)
     assert sum(o.done and o.error is None for o in outcomes) >= 1  # the healthy instance's share
     state = http_json(f"{node.url}/state")[1]
@@ -135,7 +136,7 @@ def test_python_exception_mid_decode_under_load(nodes, demo_model):
                  env={"SKULK_FAULTS": "runner@decode:200=crash"})
     first = wait_model_ready(node)
     clients = load(node, streams=3, plain=1)
-    outcomes = clients.join(60)  # the fault fires by itself, at the 200th token of the first request
+    outcomes = clients.join(patience(60))  # the fault fires by itself, at the 200th token of the first request
     assert "injected crash in runner at decode:200" in (node.home / "logs" / f"{first}.log").read_text()
     fault_at = min(o.error_at for o in outcomes if o.error_at)  # the runner's exit is the fault
     check_outcomes(outcomes, fault_at, "Python exception at decode step 200, 4 clients")
@@ -161,7 +162,7 @@ def test_node_loss_mid_generation_under_load(nodes, demo_model, how):
     fault_at = time.monotonic()
     os.killpg(b.pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
     try:
-        outcomes = clients.join(30)
+        outcomes = clients.join(patience(30))
         times = check_outcomes(outcomes, fault_at, f"node {how} mid-generation, 4 clients via the other node")
         print(f"node {how}: worst time from the fault to a client's error {max(times):.3f}s")
         wait_until(a, lambda: iid not in (state_of(a) or {"instances": {iid: 1}})["instances"], 10,
@@ -218,12 +219,12 @@ def test_master_loss_keeps_live_streams_and_fails_boundary_commands(nodes, demo_
 
     sender = threading.Thread(target=in_flight)
     sender.start()
-    sender.join(30)
+    sender.join(patience(30))
     assert not sender.is_alive()
     status, reply = boundary["reply"]
     print(f"master killed: a placement in flight got HTTP {status} {boundary['at'] - fault_at:.2f}s later: {reply}")
     assert status == 503 and reply["error"]["message"] == SESSION_CHANGED
-    outcomes = clients.join(90)
+    outcomes = clients.join(patience(90))
     print(f"requests whose runner lives, through the failover:\n{summary(outcomes, fault_at)}")
     for o in outcomes:
         print(f"  ended {o.ended_at - fault_at:.2f}s after the master was killed")
@@ -268,7 +269,7 @@ def test_a_crashed_rank_stops_its_sibling_and_the_sharded_instance_is_recreated(
     producing(clients, a)
     fault_at = time.monotonic()
     os.kill(victim_node.status()[by_rank[1]].pid, signal.SIGKILL)
-    outcomes = clients.join(30)
+    outcomes = clients.join(patience(30))
     check_outcomes(outcomes, fault_at, "rank 1 of a Pipeline x2 instance SIGKILLed, a batch of 6 clients")
     again = wait_until(a, lambda: next((i for i in (state_of(a) or {"instances": {}})["instances"]
                                         if i != iid and ready(i)), None), 60, "re-created")

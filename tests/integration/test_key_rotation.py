@@ -29,6 +29,7 @@ from skulk.wire.cluster import EventBatch, SnapshotPush
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import Node, wait_until
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json
 from tests.integration.test_cluster_key import ask_leader
 
@@ -79,7 +80,7 @@ class Clients:
         """New requests go to `node`; returns once no request goes through `away_from`."""
         with self.cond:
             self.target = node
-            assert self.cond.wait_for(lambda: away_from not in self.busy.values(), 30), "a request hung"
+            assert self.cond.wait_for(lambda: away_from not in self.busy.values(), patience(30)), "a request hung"
 
     def client(self, i: int) -> None:
         n = 0
@@ -199,7 +200,7 @@ def test_rotating_the_cluster_key_with_rolling_restarts_fails_no_request(nodes, 
     finally:
         clients.stop.set()
         for t in threads:
-            t.join(90)
+            t.join(patience(90))
     rotation = time.monotonic() - t0
     print(f"rotation: {rotation:.1f}s, {clients.served} requests served, {len(clients.failures)} failed, the "
           f"slowest in {clients.longest:.2f}s; {time.monotonic() - started:.1f}s in all")

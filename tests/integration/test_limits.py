@@ -19,6 +19,7 @@ from typing import Any
 from skulk.wire.events import RunnerReport
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, Node, wait_until
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, sse_events, wait_model_ready
 
 KEY_A, KEY_B = "sk-limits-a-0123456789abcdef", "sk-limits-b-0123456789abcdef"
@@ -106,7 +107,7 @@ def test_bodies_messages_context_and_headers(nodes, demo_model):
         error = json.loads(text)["error"]
         assert error["code"] == status and all(w in error["message"] for w in words), error
         assert KEY_A.encode() not in answer
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < patience(10)  # at once: no read waits out a client's timeout
     assert KEY_A not in node.log_path.read_text()  # gunicorn's WARNING quoted the malformed line
     health = http.client.HTTPConnection("127.0.0.1", node.api_port, timeout=10)
     health.request("GET", "/health")
@@ -171,7 +172,7 @@ def test_a_client_that_never_reads_frees_its_batch_slot(nodes, demo_model):
         busy = watcher.wait_for(lambda m: isinstance(m, RunnerReport) and m.active == 1, 30)
         started = time.monotonic()
         freed = watcher.wait_for(lambda m: isinstance(m, RunnerReport) and m.active == 0, 30)
-        assert time.monotonic() - started < 20
+        assert time.monotonic() - started < patience(20)
         assert freed.tokens_total - busy.tokens_total < 1800, "the generation ran to its end for nobody"
     finally:
         client.close()

@@ -14,6 +14,7 @@ from typing import Any
 
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json, wait_model_ready
 
 SLOW_S = 40.0  # four times the 10 s a silent runner is given
@@ -56,7 +57,7 @@ def test_a_40s_first_step_answers_and_a_step_that_never_returns_fails_at_its_dea
     assert http_json(f"{slow.url}/state")[1]["runners"].get(slow_runner), "the slow runner was replaced"
 
     got = answers["stuck"]
-    assert got["status"] >= 500 and got["took"] < STEP_DEADLINE_S + 15, got
+    assert got["status"] >= 500 and got["took"] < STEP_DEADLINE_S + patience(5), got
     log = (stuck.home / "logs" / "supervisor.log").read_text()
     assert (f"{stuck_runner} (pid" in log and "inside one step (prefill step" in log
             and "past its step deadline" in log), log[-2000:]

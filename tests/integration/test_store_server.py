@@ -27,6 +27,7 @@ from skulk.wire import codec, endpoints
 from skulk.wire.control import ChildReady, Heartbeat
 from skulk.wire.sockets import make_socket
 from tests.fake_models import WEIGHTS_BYTES, make_model
+from tests.integration.patience import patience
 from tools.ports import free_port
 
 
@@ -197,11 +198,11 @@ def test_store_role_serves_and_keeps_beating(tmp_path: Path):
         assert first + resp.read() == big[1000:]
         conn.close()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=patience(10)) == 0
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+            proc.wait(timeout=patience(10))
         pull.close(0)
 
 
@@ -226,13 +227,13 @@ def test_model_add_directory_and_offline_id(tmp_path: Path):
     assert out.stderr.count("\n") == 1 and "acme/tiny" in out.stderr
 
     out, took = _cli("acme/no-such-model", "--store-path", str(tmp_path / "store"), env={"HF_HUB_OFFLINE": "1"})
-    assert out.returncode == 1 and took < 15
+    assert out.returncode == 1 and took < patience(15)
     assert out.stderr == \
         "skulk: acme/no-such-model: cannot download from Hugging Face: offline mode (HF_HUB_OFFLINE=1)\n"
     # no network (here: an endpoint nobody listens on) is a clear error at once too
     env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
     out, took = _cli("acme/no-such-model", "--store-path", str(tmp_path / "store"), env=env)
-    assert out.returncode == 1 and took < 15, out.stderr
+    assert out.returncode == 1 and took < patience(15), out.stderr
     assert out.stderr.startswith("skulk: acme/no-such-model: cannot reach http://127.0.0.1:")
     assert out.stderr.count("\n") == 1
     assert not (tmp_path / "store" / "acme--no-such-model").exists()
@@ -250,7 +251,7 @@ def test_download_route_offline_fails_with_reason(tmp_path: Path, monkeypatch: p
         assert status == 202 and body["modelId"] == "acme/absent"
         job = app.jobs["acme/absent"]
         assert job.thread is not None
-        job.thread.join(10)
+        job.thread.join(patience(10))
         status, body = client.json("GET", "/models/acme--absent/download/status")
         assert status == 200 and body["status"] == "failed"
         assert body["error"] == "acme/absent: cannot download from Hugging Face: offline mode (HF_HUB_OFFLINE=1)"

@@ -10,6 +10,7 @@ from skulk.node import exitcodes
 from skulk.supervisor.tree import ROLES
 from skulk.wire.events import ChildLifecycle
 from tests.integration.harness import BusWatcher
+from tests.integration.patience import patience
 
 ROOMY = {"supervisor": {"intensity": 50, "period_s": 60}}
 
@@ -45,7 +46,7 @@ def test_crash_loop_exhausts_budget_and_escalates(nodes):
         watcher.wait_for(lambda m: isinstance(m, ChildLifecycle) and m.event == "escalate", 5)
     finally:
         watcher.close()
-    code = node.proc.wait(timeout=30)
+    code = node.proc.wait(timeout=patience(30))
     print(f"escalation: root exited {code} {time.monotonic() - t0:.3f}s after the 4th kill")
     assert code == exitcodes.ESCALATED
     assert node.group_pids() == []
@@ -115,7 +116,7 @@ def test_sigterm_to_root_stops_everything_cleanly(nodes):
     assert len(pids) >= 9  # root, 7 roles, gunicorn worker
     t0 = time.monotonic()
     os.kill(node.pid, signal.SIGTERM)
-    code = node.proc.wait(timeout=30)
+    code = node.proc.wait(timeout=patience(30))
     print(f"SIGTERM: {len(pids)} processes stopped in {time.monotonic() - t0:.3f}s, exit {code}")
     assert code == exitcodes.CLEAN
     assert node.group_pids() == []
@@ -186,7 +187,7 @@ def test_children_exit_by_themselves_when_the_root_is_killed(nodes):
     children = [psutil.Process(p) for p in node.group_pids() if p != node.pid]
     t0 = time.monotonic()
     os.kill(node.pid, signal.SIGKILL)
-    node.proc.wait(timeout=5)
+    node.proc.wait(timeout=patience(5))
     _gone, alive = psutil.wait_procs(children, timeout=5)
     print(f"root SIGKILLed: {len(children)} children exited by themselves in "
           f"{time.monotonic() - t0:.3f}s")

@@ -1,0 +1,51 @@
+"""The suite's order: the longest files first, so that parallel workers (`make test` runs
+pytest-xdist, one file to a worker at a time) do not end waiting on one long file started last;
+and, in a parallel run, one BLAS thread per runner.
+
+`SLOWEST_FIRST` is the files' measured order (`pytest --durations=0`, summed per file); a file not
+listed runs after them in the usual order. Keep it roughly right when a file grows: a wrong
+order costs time, never a result.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Files running side by side share the machine's cores: one BLAS thread per runner, or
+    # OpenBLAS's threads (which spin while they wait for work) crowd out every other process.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+SLOWEST_FIRST = (
+    "integration/test_real_model.py",
+    "integration/test_key_rotation.py",
+    "integration/test_failures_under_load.py",
+    "integration/test_chaos.py",
+    "integration/test_failures.py",
+    "integration/test_staging.py",
+    "integration/test_cluster.py",
+    "integration/test_batching.py",
+    "integration/test_dashboard.py",
+    "integration/test_long_steps.py",
+    "integration/test_supervision.py",
+    "integration/test_inference.py",
+    "integration/test_auth.py",
+    "integration/test_sharding.py",
+    "integration/test_control_and_tap.py",
+    "integration/test_fuzz_ranks.py",
+    "integration/test_diagnostics.py",
+    "integration/test_lan_discovery.py",
+    "integration/test_node_names.py",
+    "integration/test_fuzz_frames.py",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0].removeprefix("tests/")
+    return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_rank)  # stable: a file's tests keep their order
