@@ -92,8 +92,8 @@ def phases(node: BenchNode, t0_wall: float) -> dict[str, float]:
     day = datetime.datetime.fromtimestamp(t0_wall).date()
     logs = node.home / "logs"
 
-    def after(name: str, needle: str) -> float:
-        lines = [(t, m) for t, m in log_times(logs / name, day) if t >= t0_wall - 0.001]
+    def after(name: str, needle: str, also: str = "") -> float:
+        lines = [(t, m) for t, m in log_times(logs / name, day) if t >= t0_wall - 0.001 and also in m]
         t = first(lines, needle)
         return float("nan") if t is None else t - t0_wall
 
@@ -104,7 +104,7 @@ def phases(node: BenchNode, t0_wall: float) -> dict[str, float]:
         "supervisor up": after("supervisor.log", "starting: home"),
         "every role ready": after("supervisor.log", "node ready"),
         "leading": after("master.log", "elected leader"),
-        "runner started": after("supervisor.log", "runner-"),
+        "runner started": after("supervisor.log", "runner-", also=" started (pid"),
     }
     if runner_log is not None:
         out["runner: mlx imported, device chosen"] = after(runner_log.name, "device:")

@@ -14,7 +14,7 @@ from typing import Any
 
 from skulk.node import exitcodes
 from skulk.node.model_cards import LLAMA_LAYOUT
-from skulk.services.runner import llama_split
+from skulk.services.runner import fp32_cache, llama_split
 from skulk.services.runner.deadline import Deadline
 from skulk.services.runner.quant_path import QuantMode
 from skulk.wire.accelerator import gather
@@ -89,11 +89,17 @@ def load_model(model_dir: Path, ring: Ring | None, max_batch: int = 16,
     assert len(loaded) == 3, "return_config=True: mlx-lm returns (model, tokenizer, config)"
     model, tokenizer, config = loaded
     if mx.default_device() == mx.cpu:
-        # Quantized matmuls are very slow on CPU: dequantize and run fp32 (4 B/param).
+        # Quantized matmuls are very slow on CPU: dequantize and run fp32 (4 B/param), computed
+        # once and kept beside the model (`fp32_cache`).
+        kept = False
         if quantized(config):
             model = dequantize_model(model)
+            kept = fp32_cache.load(model_dir, model)
         model.set_dtype(mx.float32)
-        path = "cpu fp32" + (" (dequantized)" if quantized(config) else "")
+        path = "cpu fp32" + (" (dequantized" + (", kept copy)" if kept else ")") if quantized(config) else "")
+        if quantized(config) and not kept:
+            mx.eval(model.parameters())
+            fp32_cache.save(model_dir, model)
     else:
         mx.eval(model.parameters())
         path = f"{mx.default_device()}"
