@@ -35,7 +35,7 @@ from tools.bench_throughput import SKULK, build_prompts, run_level, skulk_server
 
 
 def role_of(proc: psutil.Process) -> str:
-    title = " ".join(proc.cmdline()) or proc.name()
+    title = " ".join(" ".join(proc.cmdline()).split()) or proc.name()  # setproctitle pads with spaces
     if title.startswith("skulk: "):
         role = title.removeprefix("skulk: ")
         return "runner" if role.startswith("runner") else role
