@@ -16,6 +16,7 @@ from pathlib import Path
 
 LOWEST = 20000
 DEFAULT_EPHEMERAL_FIRST = 32768
+MIN_SHARE = 1000  # ports a parallel test worker's slice holds at least
 _handed_out: set[int] = set()
 _rng = random.Random(os.getpid())
 
@@ -42,8 +43,9 @@ def _share(lowest: int, highest: int) -> tuple[int, int]:
     (pytest-xdist names each worker `gwN` and says how many there are), the worker's own slice,
     so two workers never hand out the same port between a probe and a node's bind."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if not worker.startswith("gw") or not count.isdigit() or int(count) < 2:
-        return lowest, highest
+    if not worker.startswith("gw") or not count.isdigit() or int(count) < 2 \
+            or (highest - lowest) // int(count) < MIN_SHARE:
+        return lowest, highest  # (a narrow range, as a test of this module makes, is not split)
     n, size = int(worker[2:]) % int(count), (highest - lowest) // int(count)
     return lowest + n * size, lowest + (n + 1) * size
 
