@@ -19,7 +19,8 @@ from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.strategy import affected, should_restart
-from skulk.supervisor.watchdog import SLOW_PATIENCE, ChildClock, Progress, Verdict, boot_backoff_s, forgive, judge
+from skulk.supervisor.watchdog import ChildClock, Progress, Verdict, boot_backoff_s, forgive, judge
+from skulk.supervisor.watchdog_log import kill_line, late_line, ready_late_line
 from skulk.wire.control import ChildStatus
 from skulk.wire.events import LifecycleEvent
 
@@ -142,9 +143,7 @@ class Supervisor:
             return False
         if slot.state == "starting" and slot.clock is not None:
             if slot.clock.graces:
-                log.warning("%s ready (pid %d) %.1fs after its start, past its %.1fs ready deadline: "
-                            "this machine is slow or busy (it was making progress, so it was not killed)",
-                            child_id, pid, now - slot.clock.started_at, slot.clock.ready_timeout_s)
+                log.warning("%s", ready_late_line(child_id, pid, slot.clock, now))
             else:
                 log.info("%s ready (pid %d)", child_id, pid)
             slot.state, slot.clock, slot.boot_failures = "running", slot.clock.ready(now), 0
@@ -243,10 +242,7 @@ class Supervisor:
                 if why is not None:
                     self._watchdog_kill(slot, why, now)
                 elif not late and slot.clock.grace_until is not None and progress is not None:
-                    log.warning("%s (pid %d) is past its %s deadline but making progress (%.2fs CPU in "
-                                "the last %.1fs, %s): this machine is slow or busy, not wedged; waiting",
-                                slot.id, slot.proc.pid, "ready" if slot.clock.ready_at is None else "heartbeat",
-                                progress.cpu_s, progress.window_s, progress.state)
+                    log.warning("%s", late_line(slot.id, slot.proc.pid, slot.clock, progress))
             if watch and slot.state == "waiting" and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 self._start_worker(slot, now)
@@ -262,20 +258,7 @@ class Supervisor:
 
     def _watchdog_kill(self, slot: WorkerSlot, why: Verdict, now: float) -> None:
         assert slot.proc is not None and slot.clock is not None
-        if why == LifecycleEvent.READY_TIMEOUT:
-            busy = (f" (still busy {now - slot.clock.started_at:.0f}s after its start, past the "
-                    f"{SLOW_PATIENCE:g}x it may take on a slow machine)") if slot.clock.graces else " (no progress)"
-            log.critical("%s (pid %d) did not report ready within %.1fs%s; killing it. If this "
-                         "recurs on the same machine and the child uses the GPU, the GPU may be "
-                         "wedged: reboot that machine.", slot.id, slot.proc.pid,
-                         slot.clock.ready_timeout_s, busy)
-        elif why == LifecycleEvent.STEP_DEADLINE:
-            log.error("%s (pid %d) has been inside one step (%s) for %.1fs, past its step deadline "
-                      "(runner.step_deadline_s %.0fs); killing it", slot.id, slot.proc.pid, slot.clock.step,
-                      now - (slot.clock.step_since or now), slot.clock.step_deadline_s)
-        else:
-            log.error("%s (pid %d) missed %d heartbeats (%.1fs); killing it", slot.id,
-                      slot.proc.pid, slot.clock.liveness, slot.clock.heartbeat_s * slot.clock.liveness)
+        log.log(*kill_line(slot.id, slot.proc.pid, slot.clock, why, now))
         self.emit(slot.id, self.spec.id, why, slot.proc.pid, slot.restarts, "watchdog kill")
         slot.state, slot.killed_for, slot.killed_at = "killing", why, now
         slot.proc.terminate()

@@ -1,0 +1,40 @@
+"""What the watchdog says (pure): the line for each kill, for a child waited for because it is
+making progress, and for one that came up late. Operators grep these, and tests read them."""
+
+from __future__ import annotations
+
+import logging
+
+from skulk.supervisor.watchdog import SLOW_PATIENCE, ChildClock, Progress, Verdict
+from skulk.wire.events import LifecycleEvent
+
+
+def kill_line(child_id: str, pid: int, clock: ChildClock, why: Verdict, now: float) -> tuple[int, str]:
+    """(log level, message) for a watchdog kill."""
+    if why == LifecycleEvent.READY_TIMEOUT:
+        busy = (f" (still busy {now - clock.started_at:.0f}s after its start, past the {SLOW_PATIENCE:g}x it "
+                "may take on a slow machine)") if clock.graces else " (no progress)"
+        return logging.CRITICAL, (
+            f"{child_id} (pid {pid}) did not report ready within {clock.ready_timeout_s:.1f}s{busy}; killing it. "
+            "If this recurs on the same machine and the child uses the GPU, the GPU may be wedged: reboot "
+            "that machine.")
+    if why == LifecycleEvent.STEP_DEADLINE:
+        return logging.ERROR, (
+            f"{child_id} (pid {pid}) has been inside one step ({clock.step}) for "
+            f"{now - (clock.step_since or now):.1f}s, past its step deadline (runner.step_deadline_s "
+            f"{clock.step_deadline_s:.0f}s); killing it")
+    return logging.ERROR, (f"{child_id} (pid {pid}) missed {clock.liveness} heartbeats "
+                           f"({clock.heartbeat_s * clock.liveness:.1f}s); killing it")
+
+
+def late_line(child_id: str, pid: int, clock: ChildClock, progress: Progress) -> str:
+    """A child past its deadline given another window (said once, at the first)."""
+    return (f"{child_id} (pid {pid}) is past its {'ready' if clock.ready_at is None else 'heartbeat'} deadline "
+            f"but making progress ({progress.cpu_s:.2f}s CPU in the last {progress.window_s:.1f}s, "
+            f"{progress.state}): this machine is slow or busy, not wedged; waiting")
+
+
+def ready_late_line(child_id: str, pid: int, clock: ChildClock, now: float) -> str:
+    return (f"{child_id} ready (pid {pid}) {now - clock.started_at:.1f}s after its start, past its "
+            f"{clock.ready_timeout_s:.1f}s ready deadline: this machine is slow or busy (it was making "
+            "progress, so it was not killed)")
