@@ -1,6 +1,7 @@
-"""One child OS process: a fresh interpreter started with `python -m <module>`.
+"""One child OS process: a fresh interpreter started with `python -m <module>`, or the same
+forked from the node's zygote (`zygote.py`: its modules already imported) where there is one.
 
-Never fork after MLX is imported: every child is a new `sys.executable`. Children stay in
+Never fork after MLX is imported: the supervisor and the zygote never import it. Children stay in
 the root's process group (launchd/systemd can clean them up) and exit by themselves when
 their parent dies (they check `SKULK_PARENT_PID`).
 
@@ -18,9 +19,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Protocol
 
 from skulk.node.role_args import ChildArgs
 from skulk.supervisor.spec import ChildSpec
+from skulk.supervisor.zygote_client import ForkedChild, Zygote
 
 DEFERRED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
 """Blocked in a new child until it unblocks them with its handlers in place."""
@@ -34,6 +37,24 @@ def metrics_dir(run_dir: Path) -> Path:
     return run_dir / "metrics"
 
 
+def child_env(run_dir: Path) -> dict[str, str]:
+    """Every child's environment: ours, plus how to reach us and where metrics go."""
+    return dict(os.environ, SKULK_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
+                **{METRICS_ENV: str(metrics_dir(run_dir))})
+
+
+class DeferredSignals:
+    """SIGINT and SIGHUP blocked while a child is made, so it starts with them blocked (the
+    mask is inherited across fork and exec); ours is restored at once (a signal that comes
+    meanwhile stays pending for us, it is not lost)."""
+
+    def __enter__(self) -> None:
+        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
+
+    def __exit__(self, *_exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
 def child_argv(spec: ChildSpec, child_id: str, home: Path, run_dir: Path,
                extra_args: tuple[str, ...] = ()) -> list[str]:
     """The command line of one child: what every child gets (`ChildArgs`), then its role's."""
@@ -43,25 +64,34 @@ def child_argv(spec: ChildSpec, child_id: str, home: Path, run_dir: Path,
     return [sys.executable, "-m", spec.module, *shared.to_argv(), *spec.args, *extra_args]
 
 
+class Process(Protocol):
+    """What the tree needs of a child, spawned (`ChildProcess`) or forked (`ForkedChild`)."""
+
+    pid: int
+    returncode: int | None
+    forked: bool
+
+    def poll(self) -> int | None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
 class ChildProcess:
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
         self.returncode: int | None = None
+        self.forked = False
 
     @classmethod
     def spawn(cls, spec: ChildSpec, *, child_id: str, home: Path, run_dir: Path,
-              extra_args: tuple[str, ...] = ()) -> ChildProcess:
+              extra_args: tuple[str, ...] = (), zygote: Zygote | None = None) -> ChildProcess | ForkedChild:
         argv = child_argv(spec, child_id, home, run_dir, extra_args)
-        env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
-                   **{METRICS_ENV: str(metrics_dir(run_dir))})
-        # The signal mask is inherited across fork and exec; ours is restored at once (a signal
-        # that comes meanwhile stays pending for us, it is not lost).
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
-        try:
+        env = child_env(run_dir)
+        with DeferredSignals():
+            if zygote is not None and (forked := zygote.spawn(spec.module, argv[3:], env)) is not None:
+                return forked
             popen = subprocess.Popen(argv, env=env, close_fds=True, stdin=subprocess.DEVNULL)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return cls(popen)
 
     def poll(self) -> int | None:

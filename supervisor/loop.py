@@ -23,10 +23,12 @@ import zmq
 from skulk.node.config import NodeConfig
 from skulk.supervisor import control, node_identity
 from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
-from skulk.supervisor.child import ChildProcess
+from skulk.supervisor.child import ChildProcess, DeferredSignals, Process, child_env
 from skulk.supervisor.probe import ProgressProbe
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
+from skulk.supervisor.tree import ROLES
+from skulk.supervisor.zygote_client import Zygote
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
@@ -41,6 +43,23 @@ CONTROL_REFUSALS = Refusals("supervisor: admin control socket", log)
 MAX_POLL_S = 5.0
 
 
+def reap_orphans(known: set[int]) -> None:
+    """As a child subreaper (`zygote_client`) we inherit every orphaned descendant (a gunicorn
+    worker whose arbiter was killed, ...): reap those the tree does not own, so none stays a
+    zombie. The tree's own children are left for their `poll` (`WNOWAIT` only peeks)."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid in known:
+            return
+        try:
+            os.waitpid(info.si_pid, 0)
+        except ChildProcessError:
+            return
+
+
 class NodeLoop:
     def __init__(self, cfg: NodeConfig, spec: SupervisorSpec, run_dir: Path) -> None:
         self.cfg = cfg
@@ -53,6 +72,7 @@ class NodeLoop:
         self._announced_ready = False
         self._started_at = time.monotonic()
         self.probe = ProgressProbe()
+        self.zygote: Zygote | None = None
 
     def _answer(self, envelope: list[bytes], reply: AdminReply) -> None:
         """Send an admin reply, with the name this node goes by now (gossip may have taken its
@@ -60,9 +80,21 @@ class NodeLoop:
         send_routed(self.control, envelope, replace(reply, node_name=node_identity.current(self.cfg)))
 
     # ---- effects handed to the tree -------------------------------------------------
-    def _spawn(self, spec: ChildSpec, child_id: str, extra: tuple[str, ...]) -> ChildProcess:
+    def _spawn(self, spec: ChildSpec, child_id: str, extra: tuple[str, ...]) -> Process:
         return ChildProcess.spawn(spec, child_id=child_id, home=self.cfg.home,
-                                  run_dir=self.run_dir, extra_args=extra)
+                                  run_dir=self.run_dir, extra_args=extra, zygote=self.zygote)
+
+    def _start_zygote(self, wake_fd: int) -> None:
+        """The node's zygote (`zygote.py`), waited for up to the roles' own ready deadline: a
+        child forked from it starts in milliseconds; without it, children start fresh."""
+        with DeferredSignals():
+            self.zygote = Zygote.start(ROLES, child_env(self.run_dir))
+        if self.zygote is None:
+            return
+        started = time.monotonic()
+        if self.zygote.wait_ready(started + self.cfg.ready_timeout_s, wake_fd):
+            log.info("zygote ready in %.2fs (pid %d): children are forked from it",
+                     time.monotonic() - started, self.zygote.proc.pid)
 
     def _emit(self, child_id: str, sup: str, event: LifecycleEvent, pid: int | None, restarts: int,
               detail: str, exit_code: int | None = None) -> None:
@@ -91,6 +123,7 @@ class NodeLoop:
         poller.register(self.control, zmq.POLLIN)
         poller.register(self.notify, zmq.POLLIN)
         poller.register(wake_r.fileno(), zmq.POLLIN)
+        self._start_zygote(wake_r.fileno())
         self.root = Supervisor(self.spec, self._spawn, self._emit, self._root_done, probe=self.probe.progress)
         self.root.start(time.monotonic())
         try:
@@ -129,6 +162,8 @@ class NodeLoop:
             wake_r.close()
             wake_w.close()
             self.ctx.destroy(linger=0)
+            if self.zygote is not None:
+                self.zygote.close()
         return self.exit_code
 
     def _timeout_ms(self) -> int:
@@ -205,9 +240,12 @@ class NodeLoop:
         from the very syscall that sees the child's exit. So when a child's exit is handled,
         the stop it belongs to has been started (libzmq's threads block signals: this thread
         takes them)."""
+        known = {self.zygote.proc.pid} if self.zygote is not None else set()
         for _owner, slot in list(self.root.workers()):
             if slot.proc is not None:
                 slot.proc.poll()
+                known.add(slot.proc.pid)
+        reap_orphans(known)
 
     def _reap(self, now: float) -> None:
         for owner, slot in list(self.root.workers()):

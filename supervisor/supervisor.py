@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from skulk.node import exitcodes
-from skulk.supervisor.child import ChildProcess
+from skulk.supervisor.child import Process
 from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
@@ -26,7 +26,7 @@ from skulk.wire.events import LifecycleEvent
 
 log = logging.getLogger("skulk.supervisor")
 
-Spawn = Callable[[ChildSpec, str, tuple[str, ...]], ChildProcess]
+Spawn = Callable[[ChildSpec, str, tuple[str, ...]], Process]
 Probe = Callable[[int, float], Progress | None]
 """probe(pid, now): what the child did over its last seconds (`supervisor/probe.py`); None when
 it cannot be read (the watchdog then kills at the deadline, as it would without a probe)."""
@@ -43,7 +43,7 @@ class WorkerSlot:
     id: str
     spec: ChildSpec
     extra_args: tuple[str, ...] = ()
-    proc: ChildProcess | None = None
+    proc: Process | None = None
     state: str = "stopped"  # starting | running | killing | stopping | stopped | waiting
     clock: ChildClock | None = None
     restarts: int = 0
@@ -325,7 +325,7 @@ class Supervisor:
         slot.state, slot.started_at = "starting", now
         slot.clock = ChildClock(now, slot.spec.ready_timeout_s, slot.spec.heartbeat_s,
                                 slot.spec.liveness, step_deadline_s=slot.spec.step_deadline_s)
-        log.info("%s started (pid %d)", slot.id, slot.proc.pid)
+        log.info("%s started (pid %d%s)", slot.id, slot.proc.pid, ", forked" if slot.proc.forked else "")
         self.emit(slot.id, self.spec.id, LifecycleEvent.STARTED, slot.proc.pid, slot.restarts, "")
 
     def _start_supervisor(self, slot: SupervisorSlot, now: float) -> None:
@@ -405,7 +405,8 @@ class Supervisor:
                 id=slot.id, supervisor=self.spec.id,
                 kind="worker" if isinstance(slot, WorkerSlot) else "supervisor",
                 pid=pid, state=slot.state, restarts=slot.restarts,
-                uptime_s=round(now - slot.started_at, 3) if alive and slot.started_at else None))
+                uptime_s=round(now - slot.started_at, 3) if alive and slot.started_at else None,
+                forked=bool(isinstance(slot, WorkerSlot) and slot.proc and slot.proc.forked)))
             if isinstance(slot, SupervisorSlot) and slot.sup is not None:
                 rows.extend(slot.sup.status(now))
         return rows

@@ -62,6 +62,7 @@ class ChildStatus(Message):
     state: str
     restarts: int
     uptime_s: float | None
+    forked: bool = False  # forked from the node's zygote (its modules preloaded), not a fresh interpreter
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

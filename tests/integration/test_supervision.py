@@ -6,10 +6,12 @@ import os
 import signal
 import time
 
+import psutil
+
 from skulk.node import exitcodes
 from skulk.supervisor.tree import ROLES
 from skulk.wire.events import ChildLifecycle
-from tests.integration.harness import BusWatcher
+from tests.integration.harness import BusWatcher, wait_until
 from tests.integration.patience import patience
 
 ROOMY = {"supervisor": {"intensity": 50, "period_s": 60}}
@@ -207,3 +209,35 @@ def test_sighup_restarts_the_node_in_place(nodes):
             break
     assert reply.ok and reply.root_pid == node.pid
     assert all(rows[r].pid != before[r].pid for r in ROLES)
+
+
+def _zombies_of(pid: int) -> list[int]:
+    return [c.pid for c in psutil.Process(pid).children() if c.status() == psutil.STATUS_ZOMBIE]
+
+
+def test_roles_are_forked_from_the_zygote_and_start_fresh_once_it_is_gone(nodes):
+    node = nodes(config=ROOMY)
+    status = node.status()
+    assert all(status[role].forked for role in ROLES), {r: status[r].forked for r in ROLES}
+    assert all(psutil.Process(status[role].pid).ppid() == node.pid for role in ROLES)
+
+    # The api's arbiter killed: its gunicorn workers, orphaned, come to the supervisor (a child
+    # subreaper) and are reaped; the api comes back forked.
+    workers = [c.pid for c in psutil.Process(status["api"].pid).children()]
+    assert workers
+    os.kill(status["api"].pid, signal.SIGKILL)
+    reply = node.wait_ready("api", min_restarts=1, timeout=10)
+    assert {c.id: c for c in reply.children}["api"].forked
+    wait_until(node, lambda: not any(psutil.pid_exists(w) for w in workers) and not _zombies_of(node.pid),
+               10, "the old api workers gone and reaped")
+
+    # Without the zygote, a role starts as a fresh interpreter and the node goes on.
+    zygotes = [c for c in psutil.Process(node.pid).children() if c.name() == "skulk: zygote"]
+    assert len(zygotes) == 1
+    zygotes[0].kill()
+    os.kill(status["janitor"].pid, signal.SIGKILL)
+    reply = node.wait_ready("janitor", min_restarts=1, timeout=10)
+    after = {c.id: c for c in reply.children}
+    assert not after["janitor"].forked and after["janitor"].pid != status["janitor"].pid
+    assert after["api"].forked  # the others are left alone
+    wait_until(node, lambda: not _zombies_of(node.pid), 10, "the zygote reaped")

@@ -1,0 +1,187 @@
+"""`python -m skulk.supervisor.zygote`: one process per node that imports the roles' modules
+once and forks each new child from that state, so a child starts in milliseconds instead of
+paying half a second of CPU to import the same modules again (nine processes per node).
+
+Linux only, and only an optimisation: the supervisor (`zygote_client.py`) falls back to a fresh
+interpreter whenever this process is missing, late or refuses. The rules that keep a forked
+child the same as a fresh `python -m <module>`:
+
+- nothing here creates a thread, a zmq context or a logging handler, and MLX is never imported
+  (a runner forked from here imports it itself, after the fork); checked after the preload;
+- the child's environment is the zygote's own (module-level settings read at import time are
+  right); a request with another environment is refused and the supervisor spawns it fresh;
+- SIGINT and SIGHUP stay blocked, as the supervisor blocks them for a fresh child; the role
+  unblocks them with its handlers in place;
+- each child is forked twice, so its parent is the supervisor (a Linux child subreaper) before
+  it runs a line of its role: `waitpid`, `SKULK_PARENT_PID` and `PR_SET_PDEATHSIG` all see the
+  supervisor, as for a child it spawned itself.
+
+The protocol on the socket the supervisor passes (fd in argv): one JSON line each way.
+Request `{"module": ..., "argv": [...], "env": {...}}`; reply `{"pid": N}` or `{"error": ...}`.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FORBIDDEN_PRELOADS = ("mlx", "mlx_lm", "torch")
+"""Never in the zygote: a process that has imported MLX must not fork (its device state)."""
+
+
+def role_imports(main_file: Path) -> list[str]:
+    """The absolute modules a role's `__main__.py` imports at its top level, in order: what the
+    zygote imports so the forked role finds them loaded."""
+    out: list[str] = []
+    for node in ast.parse(main_file.read_text()).body:
+        if isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level and node.module != "__future__":
+            out.append(node.module)
+    return out
+
+
+def preload_modules(roles: Iterable[str]) -> list[str]:
+    """Every module the roles' entry points import, minus what must never be in a forking process."""
+    import skulk.services as services
+
+    base = Path(services.__file__).parent
+    seen: dict[str, None] = {}
+    for role in roles:
+        main = base / role / "__main__.py"
+        if main.is_file():
+            for module in role_imports(main):
+                if module.split(".")[0] not in FORBIDDEN_PRELOADS:
+                    seen.setdefault(module, None)
+    return list(seen)
+
+
+def fork_safe_problems() -> list[str]:
+    """Why forking this process now would not give a child a fresh interpreter would (empty: safe)."""
+    problems = [f"{name} is imported" for name in FORBIDDEN_PRELOADS if name in sys.modules]
+    if threading.active_count() != 1:
+        problems.append(f"{threading.active_count()} threads are running")
+    return problems
+
+
+@dataclass(frozen=True)
+class Role:
+    """What a forked grandchild runs once it has left the zygote's loop."""
+
+    module: str
+    argv: list[str]
+
+
+def fork_child(role: Role) -> int | Role:
+    """Fork twice; the grandchild runs the role once the middle process has been reaped (it is
+    then the supervisor's: the subreaper). Returns the grandchild's pid in the zygote, and the
+    role in the grandchild, which must unwind out of the zygote's loop to run it."""
+    go_r, go_w = os.pipe()
+    pid_r, pid_w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            child = os.fork()
+        except OSError:
+            os._exit(1)
+        if child != 0:
+            os.write(pid_w, struct.pack("=i", child))
+            os._exit(0)
+        for fd in (go_w, pid_r, pid_w):
+            os.close(fd)
+        go = os.read(go_r, 1)
+        os.close(go_r)
+        if go != b"g":  # the zygote died before it let us go: nothing waits for us
+            os._exit(1)
+        return role
+    os.close(pid_w)
+    os.close(go_r)
+    try:
+        data = os.read(pid_r, 4)
+        os.waitpid(middle, 0)
+        if len(data) != 4:
+            raise OSError("the forked child did not report its pid")
+        os.write(go_w, b"g")
+        return int(struct.unpack("=i", data)[0])
+    finally:
+        os.close(pid_r)
+        os.close(go_w)
+
+
+def run_role(role: Role) -> None:
+    """In the grandchild, at the top of its stack: become `python -m module argv...` (exceptions
+    and `SystemExit` end the process as they would a fresh interpreter's)."""
+    import runpy
+
+    gc.unfreeze()
+    sys.argv = [role.module, *role.argv]
+    runpy.run_module(role.module, run_name="__main__", alter_sys=True)
+
+
+def serve(channel: socket.socket, env: dict[str, str]) -> Role | None:
+    """Answer spawn requests until the supervisor closes the channel; in a forked grandchild,
+    close the zygote's end and return the role it is to run."""
+    reader = channel.makefile("rb")
+    for line in reader:
+        try:
+            request: dict[str, Any] = json.loads(line)
+            if request.get("env") != env:
+                reply: dict[str, Any] = {"error": "environment differs from the zygote's"}
+            elif problems := fork_safe_problems():
+                reply = {"error": "; ".join(problems)}
+            else:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                forked = fork_child(Role(str(request["module"]), [str(a) for a in request["argv"]]))
+                if isinstance(forked, Role):
+                    reader.close()
+                    channel.close()
+                    return forked
+                reply = {"pid": forked}
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        channel.sendall(json.dumps(reply).encode() + b"\n")
+    return None
+
+
+def main(args: list[str]) -> Role | None:
+    fd, roles = int(args[0]), args[1].split(",")
+    channel = socket.socket(fileno=fd)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    import importlib
+
+    from setproctitle import setproctitle
+
+    setproctitle("skulk: zygote")
+    from skulk.services.base import die_with_parent
+
+    die_with_parent(signal.SIGKILL)
+    failed = []
+    for module in preload_modules(roles):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001  (a child spawned fresh shows the error itself)
+            failed.append(f"{module}: {exc}")
+    problems = fork_safe_problems()
+    gc.collect()
+    gc.freeze()  # objects made so far are never touched by the collector: fewer copied pages
+    ready = {"ready": not problems, "problems": problems, "failed": failed}
+    channel.sendall(json.dumps(ready).encode() + b"\n")
+    return None if problems else serve(channel, dict(os.environ))
+
+
+if __name__ == "__main__":
+    forked_role = main(sys.argv[1:])
+    if forked_role is not None:
+        run_role(forked_role)

@@ -1,0 +1,197 @@
+"""The supervisor's side of the zygote (`zygote.py`): start it, ask it for children, and know
+when not to.
+
+A forked child is the supervisor's own child (the supervisor is a Linux child subreaper), so it
+is reaped, signalled and probed exactly as a spawned one. Every failure here (no subreaper on
+this platform, the zygote late, dead or refusing) means the caller spawns a fresh interpreter
+instead: a node never depends on the zygote to start.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+log = logging.getLogger("skulk.supervisor")
+
+PR_SET_CHILD_SUBREAPER = 36
+REPLY_TIMEOUT_S = 10.0
+"""A fork takes milliseconds; a zygote this late to answer one is given up on."""
+
+
+def become_subreaper() -> bool:
+    """Linux: orphaned descendants (the zygote's grandchildren) become our children."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class ForkedChild:
+    """A child the zygote forked: the same face as `ChildProcess` (pid, poll, terminate, kill)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.forked = True
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: gone, with no status to give
+                self.returncode = 0
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)  # -N for signal N, as Popen
+        return self.returncode
+
+    def terminate(self) -> None:
+        """SIGTERM, plus SIGCONT so a frozen (SIGSTOPped) child can act on it."""
+        self._signal(signal.SIGTERM)
+        self._signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class Zygote:
+    """One node's zygote process and the channel to it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], channel: socket.socket, env: Mapping[str, str]) -> None:
+        self.proc = proc
+        self.channel = channel
+        self.env = dict(env)
+        self.ready = False
+        self.broken = ""
+        self._buffer = b""
+
+    @classmethod
+    def start(cls, roles: Iterable[str], env: Mapping[str, str]) -> Zygote | None:
+        """Start a zygote preloading `roles`' modules (None where this platform cannot use one).
+        `env` is every child's environment; the caller blocks SIGINT/SIGHUP around this call, as
+        around any spawn, so the zygote's children inherit them blocked."""
+        if not become_subreaper():
+            return None
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "skulk.supervisor.zygote", str(theirs.fileno()),
+                                     ",".join(roles)], env=dict(env), close_fds=True,
+                                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            log.warning("zygote not started (%s): every child starts a fresh interpreter", exc)
+            ours.close()
+            return None
+        finally:
+            theirs.close()
+        return cls(proc, ours, env)
+
+    def fileno(self) -> int:
+        return self.channel.fileno()
+
+    def wait_ready(self, deadline: float, wake_fd: int | None = None) -> bool:
+        """Block until the zygote has preloaded (True), or it failed, the deadline passed or
+        `wake_fd` became readable (a signal for the loop): False, and children start fresh."""
+        while not self.ready and not self.broken:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._give_up("not ready by its deadline")
+                break
+            fds = [self.channel.fileno()] + ([wake_fd] if wake_fd is not None else [])
+            readable, _, _ = select.select(fds, [], [], min(left, 1.0))
+            if wake_fd is not None and wake_fd in readable:
+                return False
+            if self.proc.poll() is not None:
+                self._give_up(f"exited ({self.proc.returncode}) while preloading")
+                break
+            if self.channel.fileno() in readable:
+                reply = self._read_line(left)
+                if reply is None:
+                    break
+                if reply.get("ready"):
+                    self.ready = True
+                else:
+                    self._give_up(f"unsafe to fork from: {'; '.join(reply.get('problems', []))}")
+                for failed in reply.get("failed", []):
+                    log.warning("zygote could not preload %s (children import it themselves)", failed)
+        return self.ready
+
+    def spawn(self, module: str, argv: list[str], env: Mapping[str, str]) -> ForkedChild | None:
+        """A child forked from the zygote, or None (the caller spawns it fresh)."""
+        if not self.ready or self.broken:
+            return None
+        if dict(env) != self.env:
+            return None
+        try:
+            self.channel.sendall(json.dumps({"module": module, "argv": argv, "env": self.env}).encode() + b"\n")
+        except OSError as exc:
+            self._give_up(f"channel lost: {exc}")
+            return None
+        reply = self._read_line(REPLY_TIMEOUT_S)
+        if reply is None:
+            return None
+        if "pid" not in reply:
+            log.warning("zygote refused %s: %s (starting it fresh)", module, reply.get("error", "?"))
+            return None
+        return ForkedChild(int(reply["pid"]))
+
+    def _read_line(self, timeout_s: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([self.channel], [], [], max(0.0, left))
+            if not readable:
+                self._give_up(f"no answer in {timeout_s:g}s")
+                return None
+            try:
+                data = self.channel.recv(65536)
+            except OSError as exc:
+                data = b""
+                log.debug("zygote channel: %s", exc)
+            if not data:
+                self._give_up("closed its channel")
+                return None
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self._give_up("answered with something that is not JSON")
+            return None
+        return reply if isinstance(reply, dict) else None
+
+    def _give_up(self, why: str) -> None:
+        if not self.broken:
+            self.broken = why
+            log.warning("zygote %s: every child starts a fresh interpreter from now on", why)
+            self.close()
+
+    def close(self) -> None:
+        """Stop the zygote (its children are ours and live on) and reap it."""
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass

@@ -1,0 +1,94 @@
+"""The zygote and its client for real (run in a subprocess by `test_zygote.py`: becoming a child
+subreaper and forking must not touch the pytest process). Prints the names of the checks that
+passed, as JSON; any failure is an exception and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from skulk.supervisor.child import DeferredSignals
+from skulk.supervisor.loop import reap_orphans
+from skulk.supervisor.zygote_client import ForkedChild, Zygote
+
+passed: list[str] = []
+
+
+def wait_exit(child: ForkedChild, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while (code := child.poll()) is None:
+        assert time.monotonic() < deadline, "forked child did not exit"
+        time.sleep(0.02)
+    return code
+
+
+def zombies() -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] == "Z" and int(fields[1]) == os.getpid():
+                out.append(int(entry.name))
+    return out
+
+
+def main() -> None:
+    env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()))
+    with DeferredSignals():
+        zygote = Zygote.start(["bus", "janitor"], env)
+    assert zygote is not None, "no zygote on Linux"
+    assert zygote.wait_ready(time.monotonic() + 120), zygote.broken
+    tmp = Path(tempfile.mkdtemp())
+
+    child = zygote.spawn("tests.unit.zygote_child", [str(tmp / "seen.json"), "--flag"], env)
+    assert child is not None and child.forked
+    assert wait_exit(child) == 3
+    seen = json.loads((tmp / "seen.json").read_text())
+    assert seen == {"ppid": os.getpid(), "parent_env": os.getpid(), "argv": [str(tmp / "seen.json"), "--flag"],
+                    "main": "__main__", "preloaded": True, "mlx": False,
+                    "deferred_blocked": sorted([int(signal.SIGINT), int(signal.SIGHUP)])}, seen
+    passed.append("a_forked_child_is_ours_runs_as_main_with_its_argv_preloaded_and_signals_deferred")
+
+    child = zygote.spawn("tests.unit.zygote_child", [str(tmp / "killed.json")], env)
+    assert child is not None
+    while not (tmp / "killed.json").exists() and child.poll() is None:
+        time.sleep(0.01)
+    child.kill()
+    assert wait_exit(child) in (3, -signal.SIGKILL)
+    passed.append("a_forked_child_is_reaped_and_signalled_as_a_spawned_one")
+
+    assert zygote.spawn("tests.unit.zygote_child", [str(tmp / "other.json")], dict(env, OTHER="1")) is None
+    assert not zygote.broken and not (tmp / "other.json").exists()
+    passed.append("a_child_with_another_environment_is_left_to_a_fresh_interpreter")
+
+    orphan_parent = subprocess.Popen(["sh", "-c", "sleep 0.1 & exit 0"])
+    orphan_parent.wait()
+    deadline = time.monotonic() + 30
+    while not zombies():
+        assert time.monotonic() < deadline, "the orphan never came to us"
+        time.sleep(0.02)
+    reap_orphans({zygote.proc.pid})
+    assert zombies() == []
+    passed.append("an_orphaned_descendant_is_reaped")
+
+    zygote.proc.kill()
+    assert zygote.spawn("tests.unit.zygote_child", [str(tmp / "late.json")], env) is None
+    assert zygote.broken
+    assert zygote.spawn("tests.unit.zygote_child", [str(tmp / "late.json")], env) is None
+    passed.append("a_dead_zygote_is_given_up_on")
+
+    json.dump(sorted(passed), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
