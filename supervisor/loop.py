@@ -27,7 +27,6 @@ from skulk.supervisor.child import ChildProcess, DeferredSignals, Process, child
 from skulk.supervisor.probe import ProgressProbe
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
-from skulk.supervisor.tree import ROLES
 from skulk.supervisor.zygote_client import Zygote
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, Heartbeat
@@ -41,6 +40,16 @@ log = logging.getLogger("skulk.supervisor")
 CONTROL_REFUSALS = Refusals("supervisor: admin control socket", log)
 
 MAX_POLL_S = 5.0
+
+
+def child_modules(spec: SupervisorSpec) -> list[str]:
+    """The module of every kind of child the tree may start (its template's too), in order."""
+    out: list[str] = []
+    for child in (*spec.children, *((spec.template,) if spec.template else ())):
+        for module in child_modules(child) if isinstance(child, SupervisorSpec) else [child.module]:
+            if module not in out:
+                out.append(module)
+    return out
 
 
 def reap_orphans(known: set[int]) -> None:
@@ -88,7 +97,7 @@ class NodeLoop:
         """The node's zygote (`zygote.py`), waited for up to the roles' own ready deadline: a
         child forked from it starts in milliseconds; without it, children start fresh."""
         with DeferredSignals():
-            self.zygote = Zygote.start(ROLES, child_env(self.run_dir))
+            self.zygote = Zygote.start(child_modules(self.spec), child_env(self.run_dir))
         if self.zygote is None:
             return
         started = time.monotonic()

@@ -52,14 +52,17 @@ def role_imports(main_file: Path) -> list[str]:
     return out
 
 
-def preload_modules(roles: Iterable[str]) -> list[str]:
-    """Every module the roles' entry points import, minus what must never be in a forking process."""
-    import skulk.services as services
+def preload_modules(packages: Iterable[str]) -> list[str]:
+    """Every module the children's entry points (`<package>/__main__.py`) import, minus what must
+    never be in a forking process."""
+    import importlib.util
 
-    base = Path(services.__file__).parent
     seen: dict[str, None] = {}
-    for role in roles:
-        main = base / role / "__main__.py"
+    for package in packages:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        main = Path(list(spec.submodule_search_locations)[0]) / "__main__.py"
         if main.is_file():
             for module in role_imports(main):
                 if module.split(".")[0] not in FORBIDDEN_PRELOADS:
@@ -67,11 +70,19 @@ def preload_modules(roles: Iterable[str]) -> list[str]:
     return list(seen)
 
 
+def thread_count() -> int:
+    """Threads of this process, native ones included (a BLAS pool is invisible to `threading`)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
 def fork_safe_problems() -> list[str]:
     """Why forking this process now would not give a child a fresh interpreter would (empty: safe)."""
     problems = [f"{name} is imported" for name in FORBIDDEN_PRELOADS if name in sys.modules]
-    if threading.active_count() != 1:
-        problems.append(f"{threading.active_count()} threads are running")
+    if (threads := thread_count()) != 1:
+        problems.append(f"{threads} threads are running")
     return problems
 
 
@@ -156,7 +167,7 @@ def serve(channel: socket.socket, env: dict[str, str]) -> Role | None:
 
 
 def main(args: list[str]) -> Role | None:
-    fd, roles = int(args[0]), args[1].split(",")
+    fd, packages = int(args[0]), args[1].split(",")
     channel = socket.socket(fileno=fd)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     import importlib
@@ -168,7 +179,7 @@ def main(args: list[str]) -> Role | None:
 
     die_with_parent(signal.SIGKILL)
     failed = []
-    for module in preload_modules(roles):
+    for module in preload_modules(packages):
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001  (a child spawned fresh shows the error itself)

@@ -87,8 +87,9 @@ class Zygote:
         self._buffer = b""
 
     @classmethod
-    def start(cls, roles: Iterable[str], env: Mapping[str, str]) -> Zygote | None:
-        """Start a zygote preloading `roles`' modules (None where this platform cannot use one).
+    def start(cls, packages: Iterable[str], env: Mapping[str, str]) -> Zygote | None:
+        """Start a zygote preloading what the children's packages (`python -m <package>`) import
+        (None where this platform cannot use one).
         `env` is every child's environment; the caller blocks SIGINT/SIGHUP around this call, as
         around any spawn, so the zygote's children inherit them blocked."""
         if not become_subreaper():
@@ -96,7 +97,7 @@ class Zygote:
         ours, theirs = socket.socketpair()
         try:
             proc = subprocess.Popen([sys.executable, "-m", "skulk.supervisor.zygote", str(theirs.fileno()),
-                                     ",".join(roles)], env=dict(env), close_fds=True,
+                                     ",".join(packages)], env=dict(env), close_fds=True,
                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         except OSError as exc:
             log.warning("zygote not started (%s): every child starts a fresh interpreter", exc)

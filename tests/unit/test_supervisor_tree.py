@@ -19,6 +19,7 @@ from skulk.supervisor.watchdog import Progress, RunState
 class FakeProc:
     pid: int
     returncode: int | None = None
+    forked: bool = False
     signals: list[str] = field(default_factory=list)
 
     def poll(self) -> int | None:

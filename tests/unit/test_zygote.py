@@ -9,7 +9,9 @@ import sys
 import threading
 
 from skulk.supervisor import zygote
-from skulk.supervisor.tree import ROLES
+from skulk.node.config import NodeConfig
+from skulk.supervisor.loop import child_modules
+from skulk.supervisor.tree import ROLES, build_tree
 
 
 def test_a_roles_imports_are_read_from_its_entry_point(tmp_path):
@@ -19,10 +21,12 @@ def test_a_roles_imports_are_read_from_its_entry_point(tmp_path):
     assert zygote.role_imports(main) == ["os", "json", "skulk.services.base"]
 
 
-def test_every_roles_entry_modules_are_preloaded_and_mlx_never_is():
-    modules = zygote.preload_modules(ROLES)
+def test_every_childs_entry_modules_are_preloaded_and_mlx_never_is(tmp_path):
+    packages = child_modules(build_tree(NodeConfig(home=tmp_path), "n1"))
+    assert packages == [*(f"skulk.services.{role}" for role in ROLES), "skulk.services.runner"]
+    modules = zygote.preload_modules(packages)
     assert "skulk.services.base" in modules
-    assert all(f"skulk.services.{role}.service" in modules for role in ("bus", "master", "gossip", "janitor"))
+    assert all(f"skulk.services.{role}.service" in modules for role in ("bus", "master", "gossip", "janitor", "runner"))
     assert "gunicorn.arbiter" in modules
     assert not [m for m in modules if m.split(".")[0] in zygote.FORBIDDEN_PRELOADS]
 

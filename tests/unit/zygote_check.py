@@ -15,6 +15,7 @@ from pathlib import Path
 
 from skulk.supervisor.child import DeferredSignals
 from skulk.supervisor.loop import reap_orphans
+from skulk.supervisor.tree import ROLES
 from skulk.supervisor.zygote_client import ForkedChild, Zygote
 
 passed: list[str] = []
@@ -45,7 +46,8 @@ def zombies() -> list[int]:
 def main() -> None:
     env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()))
     with DeferredSignals():
-        zygote = Zygote.start(["bus", "janitor"], env)
+        # every child the node may start, the runner too: its modules import no MLX until it loads
+        zygote = Zygote.start([f"skulk.services.{role}" for role in (*ROLES, "runner")], env)
     assert zygote is not None, "no zygote on Linux"
     assert zygote.wait_ready(time.monotonic() + 120), zygote.broken
     tmp = Path(tempfile.mkdtemp())
