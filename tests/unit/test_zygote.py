@@ -8,8 +8,8 @@ import subprocess
 import sys
 import threading
 
-from skulk.supervisor import zygote
 from skulk.node.config import NodeConfig
+from skulk.supervisor import zygote
 from skulk.supervisor.loop import child_modules
 from skulk.supervisor.tree import ROLES, build_tree
 
