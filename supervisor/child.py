@@ -23,7 +23,7 @@ from typing import Protocol
 
 from skulk.node.role_args import ChildArgs
 from skulk.supervisor.spec import ChildSpec
-from skulk.supervisor.zygote_client import ForkedChild, Zygote
+from skulk.supervisor.zygote_client import ForkedChild, Standby, Zygote
 
 DEFERRED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
 """Blocked in a new child until it unblocks them with its handlers in place."""
@@ -70,6 +70,7 @@ class Process(Protocol):
     pid: int
     returncode: int | None
     forked: bool
+    standby: bool
 
     def poll(self) -> int | None: ...
     def terminate(self) -> None: ...
@@ -82,12 +83,17 @@ class ChildProcess:
         self.pid = popen.pid
         self.returncode: int | None = None
         self.forked = False
+        self.standby = False
 
     @classmethod
     def spawn(cls, spec: ChildSpec, *, child_id: str, home: Path, run_dir: Path,
-              extra_args: tuple[str, ...] = (), zygote: Zygote | None = None) -> ChildProcess | ForkedChild:
+              extra_args: tuple[str, ...] = (), zygote: Zygote | None = None,
+              standby: Standby | None = None) -> ChildProcess | ForkedChild:
+        """`standby`: a process waiting to become this child (its imports done), tried first."""
         argv = child_argv(spec, child_id, home, run_dir, extra_args)
         env = child_env(run_dir)
+        if standby is not None and (ready := standby.assign(argv[3:], env)) is not None:
+            return ready
         with DeferredSignals():
             if zygote is not None and (forked := zygote.spawn(spec.module, argv[3:], env)) is not None:
                 return forked

@@ -27,7 +27,8 @@ from skulk.supervisor.child import ChildProcess, DeferredSignals, Process, child
 from skulk.supervisor.probe import ProgressProbe
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
-from skulk.supervisor.zygote_client import Zygote
+from skulk.supervisor.tree import RUNNER_MODULE, RUNNER_STACK
+from skulk.supervisor.zygote_client import Standby, Zygote
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, AdminReply, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
@@ -40,6 +41,8 @@ log = logging.getLogger("skulk.supervisor")
 CONTROL_REFUSALS = Refusals("supervisor: admin control socket", log)
 
 MAX_POLL_S = 5.0
+STANDBY_KEEP_S = 300.0
+"""A standby runner nobody took within this long is let go (it holds the engine's imports)."""
 
 
 def child_modules(spec: SupervisorSpec) -> list[str]:
@@ -70,7 +73,9 @@ def reap_orphans(known: set[int]) -> None:
 
 
 class NodeLoop:
-    def __init__(self, cfg: NodeConfig, spec: SupervisorSpec, run_dir: Path) -> None:
+    def __init__(self, cfg: NodeConfig, spec: SupervisorSpec, run_dir: Path, expect_runner: bool = False) -> None:
+        """`expect_runner`: a runner will be wanted soon (`--place`, or an in-place restart of a
+        node that ran one): a standby runner is made at boot."""
         self.cfg = cfg
         self.spec = spec
         self.run_dir = run_dir
@@ -82,6 +87,9 @@ class NodeLoop:
         self._started_at = time.monotonic()
         self.probe = ProgressProbe()
         self.zygote: Zygote | None = None
+        self.standby: Standby | None = None
+        self.expect_runner = expect_runner
+        self.ran_runner = False
 
     def _answer(self, envelope: list[bytes], reply: AdminReply) -> None:
         """Send an admin reply, with the name this node goes by now (gossip may have taken its
@@ -90,8 +98,32 @@ class NodeLoop:
 
     # ---- effects handed to the tree -------------------------------------------------
     def _spawn(self, spec: ChildSpec, child_id: str, extra: tuple[str, ...]) -> Process:
-        return ChildProcess.spawn(spec, child_id=child_id, home=self.cfg.home,
-                                  run_dir=self.run_dir, extra_args=extra, zygote=self.zygote)
+        standby = None
+        if spec.module == RUNNER_MODULE:
+            self.ran_runner = True
+            standby, self.standby = self.standby, None
+        proc = ChildProcess.spawn(spec, child_id=child_id, home=self.cfg.home, run_dir=self.run_dir,
+                                  extra_args=extra, zygote=self.zygote, standby=standby)
+        if proc.standby and standby is not None:
+            log.info("%s is the standby runner (pid %d), forked %.1fs ago to import its engine",
+                     child_id, proc.pid, time.monotonic() - standby.created)
+        return proc
+
+    def _make_standby(self, why: str) -> None:
+        """A runner-to-be, forked now to import mlx and mlx-lm before it is needed (`zygote.py`)."""
+        if self.standby is not None or self.zygote is None or self.root.terminating:
+            return
+        self.standby = self.zygote.standby(RUNNER_MODULE, RUNNER_STACK, child_env(self.run_dir))
+        if self.standby is not None:
+            log.info("standby runner forked (pid %d): %s", self.standby.proc.pid, why)
+
+    def _tend_standby(self, now: float) -> None:
+        if self.standby is not None and (self.standby.proc.poll() is not None
+                                         or now - self.standby.created > STANDBY_KEEP_S):
+            log.info("standby runner (pid %d) %s", self.standby.proc.pid,
+                     "exited" if self.standby.proc.returncode is not None else "not needed: let go")
+            self.standby.close()
+            self.standby = None
 
     def _start_zygote(self, wake_fd: int) -> None:
         """The node's zygote (`zygote.py`), waited for up to the roles' own ready deadline: a
@@ -134,6 +166,8 @@ class NodeLoop:
         poller.register(wake_r.fileno(), zmq.POLLIN)
         self._start_zygote(wake_r.fileno())
         self.root = Supervisor(self.spec, self._spawn, self._emit, self._root_done, probe=self.probe.progress)
+        if self.expect_runner:
+            self._make_standby("a runner is expected at start")
         self.root.start(time.monotonic())
         try:
             last_wake = time.monotonic()
@@ -156,6 +190,7 @@ class NodeLoop:
                 if self.control in ready:
                     self._drain_control(now)
                 self._drain_tick(now)
+                self._tend_standby(now)
                 self.probe.sample([s.proc.pid for _o, s in self.root.workers() if s.proc is not None], now)
                 self.root.tick(now)
                 self._serve_waiters(now)
@@ -171,6 +206,8 @@ class NodeLoop:
             wake_r.close()
             wake_w.close()
             self.ctx.destroy(linger=0)
+            if self.standby is not None:
+                self.standby.close()
             if self.zygote is not None:
                 self.zygote.close()
         return self.exit_code
@@ -250,6 +287,8 @@ class NodeLoop:
         the stop it belongs to has been started (libzmq's threads block signals: this thread
         takes them)."""
         known = {self.zygote.proc.pid} if self.zygote is not None else set()
+        if self.standby is not None:
+            known.add(self.standby.proc.pid)
         for _owner, slot in list(self.root.workers()):
             if slot.proc is not None:
                 slot.proc.poll()
@@ -260,6 +299,8 @@ class NodeLoop:
         for owner, slot in list(self.root.workers()):
             if slot.proc is not None and (code := slot.proc.poll()) is not None:
                 owner.handle_exit(slot.id, code, now)
+                if slot.spec.module == RUNNER_MODULE:  # the leader may well re-create it here
+                    self._make_standby(f"{slot.id} exited")
 
     def _drain_notify(self, now: float) -> None:
         for msg in drain(self.notify, limit=10000):

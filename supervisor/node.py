@@ -32,6 +32,8 @@ log = logging.getLogger("skulk.supervisor")
 HOME_DIRS = ("models", "logs", "eventlog", "traces")
 INPLACE_NODE_ID = "SKULK_INPLACE_NODE_ID"
 """Set only across our own execv: the restarted image keeps the node id."""
+INPLACE_RAN_RUNNER = "SKULK_INPLACE_RAN_RUNNER"
+"""Set only across our own execv: the node ran a runner, so the new image makes a standby one."""
 
 
 def prepare_home(cfg: NodeConfig) -> Path:
@@ -124,7 +126,8 @@ def run_node(cfg: NodeConfig) -> int:
     # The process's start time survives an in-place restart (execv) as the node id does: of two
     # live nodes with one name, the one started later refuses to join (services/gossip/names.py).
     started = psutil.Process().create_time()
-    loop = NodeLoop(cfg, build_tree(cfg, node_id, started), run)
+    had_runner = os.environ.pop(INPLACE_RAN_RUNNER, "") == "1"
+    loop = NodeLoop(cfg, build_tree(cfg, node_id, started), run, expect_runner=bool(cfg.place) or had_runner)
     code = loop.run()
     if code == exitcodes.ESCALATED:
         log.critical("restart budget exhausted; node stopped (exit %d)", code)
@@ -134,6 +137,8 @@ def run_node(cfg: NodeConfig) -> int:
         logging.shutdown()
         os.close(lock)
         os.environ[INPLACE_NODE_ID] = node_id
+        if loop.ran_runner:
+            os.environ[INPLACE_RAN_RUNNER] = "1"
         os.execv(sys.executable, argv)
     log.info("node stopped (%s)", exitcodes.describe(code))
     return code

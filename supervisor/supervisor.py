@@ -406,7 +406,8 @@ class Supervisor:
                 kind="worker" if isinstance(slot, WorkerSlot) else "supervisor",
                 pid=pid, state=slot.state, restarts=slot.restarts,
                 uptime_s=round(now - slot.started_at, 3) if alive and slot.started_at else None,
-                forked=bool(isinstance(slot, WorkerSlot) and slot.proc and slot.proc.forked)))
+                forked=bool(isinstance(slot, WorkerSlot) and slot.proc and slot.proc.forked),
+                standby=bool(isinstance(slot, WorkerSlot) and slot.proc and slot.proc.standby)))
             if isinstance(slot, SupervisorSlot) and slot.sup is not None:
                 rows.extend(slot.sup.status(now))
         return rows

@@ -25,6 +25,11 @@ from skulk.wire.version import skulk_version
 ROLES = ("bus", "eventlog", "store", "gossip", "master", "worker", "api", "janitor")
 """Permanent roles in start order; stop order is the reverse."""
 
+RUNNER_MODULE = "skulk.services.runner"
+RUNNER_STACK = ("skulk.services.runner.blas", "mlx.core", "mlx.nn", "mlx_lm", "mlx_lm.utils",
+                "mlx_lm.generate", "mlx_lm.models.cache")
+"""What a standby runner imports before it is needed (`supervisor/zygote.py`): OpenBLAS first,
+then the engine (mlx-lm's import alone is seconds on a CPU: transformers)."""
 GUNICORN_TICK_S = 1.0
 """The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
 RUNNER_READY_GRACE_S = 10.0
@@ -107,7 +112,7 @@ def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> Superviso
                          heartbeat_s=max(cfg.heartbeat_s, GUNICORN_TICK_S) if role == "api"
                          else cfg.heartbeat_s, liveness=cfg.liveness)
 
-    runner = ChildSpec(id="runner", module="skulk.services.runner", title="runner",
+    runner = ChildSpec(id="runner", module=RUNNER_MODULE, title="runner",
                        args=runner_settings(cfg).to_argv(), log=logs,
                        # never restarted here: the leader deletes a failed runner's instance
                        # (stopping its other ranks) and re-creates it with back-off

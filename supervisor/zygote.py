@@ -88,10 +88,14 @@ def fork_safe_problems() -> list[str]:
 
 @dataclass(frozen=True)
 class Role:
-    """What a forked grandchild runs once it has left the zygote's loop."""
+    """What a forked grandchild runs once it has left the zygote's loop. A standby (`standby`:
+    the grandchild's end of its socket to the supervisor) first imports `preimport`, says it is
+    ready, and learns its argv only when the supervisor gives it a child to become."""
 
     module: str
     argv: list[str]
+    standby: socket.socket | None = None
+    preimport: tuple[str, ...] = ()
 
 
 def fork_child(role: Role) -> int | Role:
@@ -136,15 +140,38 @@ def run_role(role: Role) -> None:
     import runpy
 
     gc.unfreeze()
-    sys.argv = [role.module, *role.argv]
+    argv = role.argv if role.standby is None else wait_as_standby(role)
+    sys.argv = [role.module, *argv]
     runpy.run_module(role.module, run_name="__main__", alter_sys=True)
+
+
+def wait_as_standby(role: Role) -> list[str]:
+    """A standby runner: import the engine's stack now (the slow part of a runner's start, paid
+    before anyone waits for it), then read the argv of the child to become. This
+    process never forks again, so MLX may be imported here. A closed socket ends it."""
+    import importlib
+
+    assert role.standby is not None
+    if "skulk.services.runner.blas" in role.preimport:
+        from skulk.services.runner.blas import preload_blas
+
+        preload_blas()  # before mlx, as the runner's own entry point does
+    for module in role.preimport:
+        importlib.import_module(module)
+    line = role.standby.makefile("rb").readline()  # sent as soon as it was asked for: maybe long ago
+    role.standby.close()
+    if not line:
+        sys.exit(0)
+    return [str(a) for a in json.loads(line)["argv"]]
 
 
 def serve(channel: socket.socket, env: dict[str, str]) -> Role | None:
     """Answer spawn requests until the supervisor closes the channel; in a forked grandchild,
-    close the zygote's end and return the role it is to run."""
+    close the zygote's end and return the role it is to run. A standby's reply carries the
+    supervisor's end of its socket (SCM_RIGHTS)."""
     reader = channel.makefile("rb")
     for line in reader:
+        ours: socket.socket | None = None
         try:
             request: dict[str, Any] = json.loads(line)
             if request.get("env") != env:
@@ -152,17 +179,32 @@ def serve(channel: socket.socket, env: dict[str, str]) -> Role | None:
             elif problems := fork_safe_problems():
                 reply = {"error": "; ".join(problems)}
             else:
+                theirs = None
+                if request.get("standby"):
+                    ours, theirs = socket.socketpair()
+                role = Role(str(request["module"]), [str(a) for a in request.get("argv", [])], theirs,
+                            tuple(str(m) for m in request.get("preimport", [])))
                 sys.stdout.flush()
                 sys.stderr.flush()
-                forked = fork_child(Role(str(request["module"]), [str(a) for a in request["argv"]]))
+                forked = fork_child(role)
                 if isinstance(forked, Role):
                     reader.close()
                     channel.close()
+                    if ours is not None:
+                        ours.close()
                     return forked
+                if theirs is not None:
+                    theirs.close()
                 reply = {"pid": forked}
         except (ValueError, KeyError, TypeError, OSError) as exc:
             reply = {"error": f"{type(exc).__name__}: {exc}"}
-        channel.sendall(json.dumps(reply).encode() + b"\n")
+        data = json.dumps(reply).encode() + b"\n"
+        if ours is not None and "pid" in reply:
+            socket.send_fds(channel, [data], [ours.fileno()])
+        else:
+            channel.sendall(data)
+        if ours is not None:
+            ours.close()
     return None
 
 

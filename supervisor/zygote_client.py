@@ -41,12 +41,14 @@ def become_subreaper() -> bool:
 
 
 class ForkedChild:
-    """A child the zygote forked: the same face as `ChildProcess` (pid, poll, terminate, kill)."""
+    """A child the zygote forked: the same face as `ChildProcess` (pid, poll, terminate, kill).
+    `standby`: it waited as a standby, its engine imported, before it became this child."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, standby: bool = False) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self.forked = True
+        self.standby = standby
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -156,7 +158,28 @@ class Zygote:
             return None
         return ForkedChild(int(reply["pid"]))
 
-    def _read_line(self, timeout_s: float) -> dict[str, Any] | None:
+    def standby(self, module: str, preimport: tuple[str, ...], env: Mapping[str, str]) -> Standby | None:
+        """A process forked to become a later `module` child, importing `preimport` meanwhile."""
+        if not self.ready or self.broken or dict(env) != self.env:
+            return None
+        try:
+            self.channel.sendall(json.dumps({"module": module, "standby": True, "preimport": list(preimport),
+                                             "env": self.env}).encode() + b"\n")
+        except OSError as exc:
+            self._give_up(f"channel lost: {exc}")
+            return None
+        fds: list[int] = []
+        reply = self._read_line(REPLY_TIMEOUT_S, fds)
+        if reply is None or "pid" not in reply or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            if reply is not None:
+                log.warning("zygote made no standby for %s: %s", module, reply.get("error", "no socket"))
+            return None
+        return Standby(ForkedChild(int(reply["pid"]), standby=True), socket.socket(fileno=fds[0]),
+                       dict(env), time.monotonic())
+
+    def _read_line(self, timeout_s: float, fds: list[int] | None = None) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
@@ -165,10 +188,15 @@ class Zygote:
                 self._give_up(f"no answer in {timeout_s:g}s")
                 return None
             try:
-                data = self.channel.recv(65536)
+                data, got, _flags, _addr = socket.recv_fds(self.channel, 65536, 4)
             except OSError as exc:
-                data = b""
+                data, got = b"", []
                 log.debug("zygote channel: %s", exc)
+            if fds is not None:
+                fds.extend(got)
+            else:
+                for fd in got:
+                    os.close(fd)
             if not data:
                 self._give_up("closed its channel")
                 return None
@@ -196,3 +224,34 @@ class Zygote:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+
+
+class Standby:
+    """A forked process that becomes a later child (a runner), importing mlx and mlx-lm from the
+    moment it is made: that part of the child's start is paid before, or while, it is asked for.
+    Used once."""
+
+    def __init__(self, proc: ForkedChild, sock: socket.socket, env: dict[str, str], created: float) -> None:
+        self.proc = proc
+        self.sock = sock
+        self.env = env
+        self.created = created
+
+    def assign(self, argv: list[str], env: Mapping[str, str]) -> ForkedChild | None:
+        """Make it the child with these arguments (it reads them once its imports are done); None,
+        and it is let go, if it cannot be."""
+        if dict(env) != self.env or self.proc.poll() is not None:
+            self.close()
+            return None
+        try:
+            self.sock.sendall(json.dumps({"argv": argv}).encode() + b"\n")
+        except OSError:
+            self.close()
+            return None
+        self.sock.close()
+        return self.proc
+
+    def close(self) -> None:
+        """Not needed any more: its socket closed (it exits by itself), killed if still there."""
+        self.sock.close()
+        self.proc.kill()

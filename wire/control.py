@@ -63,6 +63,7 @@ class ChildStatus(Message):
     restarts: int
     uptime_s: float | None
     forked: bool = False  # forked from the node's zygote (its modules preloaded), not a fresh interpreter
+    standby: bool = False  # a runner that was a standby (mlx and mlx-lm imported before it was asked for)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,15 +18,25 @@ OPENBLAS_PATHS = ("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
                   "/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3")
 
 
+_preloaded: list[str | None] = []
+"""What this process preloaded, once: a standby runner (`supervisor/zygote.py`) preloads before it
+imports mlx, and the runner it becomes asks again."""
+
+
 def preload_blas() -> str | None:
     """Load OpenBLAS globally before mlx is imported (Linux CPU fast path); its path, or None."""
+    if _preloaded:
+        return _preloaded[0]
     if not sys.platform.startswith("linux") or "mlx.core" in sys.modules:
         return None
+    found = None
     for path in OPENBLAS_PATHS:
         if Path(path).exists():
             try:
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                return path
+                found = path
+                break
             except OSError as exc:
                 log.warning("could not preload %s: %s", path, exc)
-    return None
+    _preloaded.append(found)
+    return found

@@ -118,6 +118,9 @@ def test_post_admin_restart_drains_then_replaces_the_node_in_place_and_serves_ag
     assert "drain: waiting: requests still running on this node's instances" in master_log  # it waited
     wait_model_ready(node)
     took = time.monotonic() - t0
+    # The new image knew a runner would be wanted: its runner was a standby, importing its engine
+    # while the roles booted.
+    assert [c.standby for c in node.status().values() if c.id.startswith("runner-")] == [True]
     _, after = http_json(f"{node.url}/state")
     print(f"POST /admin/restart: drained, same pid {node.pid}, same node id, instance served again "
           f"{took:.2f}s later")

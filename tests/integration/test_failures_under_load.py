@@ -109,7 +109,8 @@ def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
     clients = load(node, streams=6, plain=2, max_tokens=300)
     producing(clients, node)  # (under CPU contention the two instances' streams need not overlap)
     victim, victim_instance = next(iter(running_runners(node).items()))
-    pid = node.status()[victim].pid
+    before = node.status()
+    pid = before[victim].pid
     fault_at = time.monotonic()
     os.kill(pid, signal.SIGABRT)
     # A new request right after the fault: served by the healthy instance, or (routed in the
@@ -129,6 +130,11 @@ def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
           f"the fault at worst")
     wait_until(node, lambda: len(http_json(f"{node.url}/state")[1]["instances"]) == 2, 30, "re-created")
     served(node)
+    # The re-created runner was the standby made when the victim exited (its engine imported
+    # before the leader asked for it); the first one came from the standby made at start.
+    (recreated,) = [c for c in node.status().values() if c.id.startswith("runner-") and c.id not in before]
+    assert recreated.standby and recreated.forked, recreated
+    assert sum(c.standby for c in before.values()) == 1, before
 
 
 def test_python_exception_mid_decode_under_load(nodes, demo_model):

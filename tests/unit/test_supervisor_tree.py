@@ -20,6 +20,7 @@ class FakeProc:
     pid: int
     returncode: int | None = None
     forked: bool = False
+    standby: bool = False
     signals: list[str] = field(default_factory=list)
 
     def poll(self) -> int | None:

@@ -51,5 +51,6 @@ def test_the_zygote_forks_children_that_are_ours_and_gives_way_to_fresh_ones():
         "a_dead_zygote_is_given_up_on",
         "a_forked_child_is_ours_runs_as_main_with_its_argv_preloaded_and_signals_deferred",
         "a_forked_child_is_reaped_and_signalled_as_a_spawned_one",
+        "a_standby_imports_first_becomes_the_child_it_is_given_or_is_let_go",
         "an_orphaned_descendant_is_reaped",
     ]

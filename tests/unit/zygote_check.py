@@ -73,6 +73,20 @@ def main() -> None:
     assert not zygote.broken and not (tmp / "other.json").exists()
     passed.append("a_child_with_another_environment_is_left_to_a_fresh_interpreter")
 
+    standby = zygote.standby("tests.unit.zygote_child", ("mlx.core",), env)
+    assert standby is not None and standby.proc.standby
+    became = standby.assign([str(tmp / "standby.json")], env)  # at once: it reads once imported
+    assert became is standby.proc
+    assert wait_exit(became) == 3
+    seen = json.loads((tmp / "standby.json").read_text())
+    assert seen["mlx"] and seen["ppid"] == os.getpid() and seen["main"] == "__main__", seen
+    letgo = zygote.standby("tests.unit.zygote_child", (), env)
+    assert letgo is not None
+    letgo.close()
+    assert wait_exit(letgo.proc) in (0, -signal.SIGKILL)
+    assert zygote.spawn("tests.unit.zygote_child", [str(tmp / "after.json")], env) is not None  # still serving
+    passed.append("a_standby_imports_first_becomes_the_child_it_is_given_or_is_let_go")
+
     orphan_parent = subprocess.Popen(["sh", "-c", "sleep 0.1 & exit 0"])
     orphan_parent.wait()
     deadline = time.monotonic() + 30
