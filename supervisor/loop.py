@@ -299,8 +299,8 @@ class NodeLoop:
         for owner, slot in list(self.root.workers()):
             if slot.proc is not None and (code := slot.proc.poll()) is not None:
                 owner.handle_exit(slot.id, code, now)
-                if slot.spec.module == RUNNER_MODULE:  # the leader may well re-create it here
-                    self._make_standby(f"{slot.id} exited")
+                if slot.spec.module == RUNNER_MODULE and code not in (0, -signal.SIGTERM):
+                    self._make_standby(f"{slot.id} failed: the leader re-creates its instance")
 
     def _drain_notify(self, now: float) -> None:
         for msg in drain(self.notify, limit=10000):

@@ -151,7 +151,10 @@ def wait_as_standby(role: Role) -> list[str]:
     process never forks again, so MLX may be imported here. A closed socket ends it."""
     import importlib
 
+    from setproctitle import setproctitle
+
     assert role.standby is not None
+    setproctitle("skulk: standby runner")  # not `skulk: runner <id>` until it is one
     if "skulk.services.runner.blas" in role.preimport:
         from skulk.services.runner.blas import preload_blas
 
