@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from skulk.node.role_args import ChildArgs
+from skulk.supervisor.handle import Signalled
 from skulk.supervisor.spec import ChildSpec
 from skulk.supervisor.zygote_client import ForkedChild, Standby, Zygote
 
@@ -77,7 +78,7 @@ class Process(Protocol):
     def kill(self) -> None: ...
 
 
-class ChildProcess:
+class ChildProcess(Signalled):
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
@@ -89,7 +90,7 @@ class ChildProcess:
     def spawn(cls, spec: ChildSpec, *, child_id: str, home: Path, run_dir: Path,
               extra_args: tuple[str, ...] = (), zygote: Zygote | None = None,
               standby: Standby | None = None) -> ChildProcess | ForkedChild:
-        """`standby`: a process waiting to become this child (its imports done), tried first."""
+        """`standby`: a process made to become this child (importing its engine), tried first."""
         argv = child_argv(spec, child_id, home, run_dir, extra_args)
         env = child_env(run_dir)
         if standby is not None and (ready := standby.assign(argv[3:], env)) is not None:
@@ -105,18 +106,3 @@ class ChildProcess:
         if self.returncode is None:
             self.returncode = self._popen.poll()
         return self.returncode
-
-    def terminate(self) -> None:
-        """SIGTERM, plus SIGCONT so a frozen (SIGSTOPped) child can act on it."""
-        self._signal(signal.SIGTERM)
-        self._signal(signal.SIGCONT)
-
-    def kill(self) -> None:
-        self._signal(signal.SIGKILL)
-
-    def _signal(self, sig: int) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass

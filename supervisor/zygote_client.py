@@ -14,13 +14,14 @@ import json
 import logging
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from skulk.supervisor.handle import Signalled
 
 log = logging.getLogger("skulk.supervisor")
 
@@ -40,7 +41,7 @@ def become_subreaper() -> bool:
         return False
 
 
-class ForkedChild:
+class ForkedChild(Signalled):
     """A child the zygote forked: the same face as `ChildProcess` (pid, poll, terminate, kill).
     `standby`: it waited as a standby, its engine imported, before it became this child."""
 
@@ -60,21 +61,6 @@ class ForkedChild:
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)  # -N for signal N, as Popen
         return self.returncode
-
-    def terminate(self) -> None:
-        """SIGTERM, plus SIGCONT so a frozen (SIGSTOPped) child can act on it."""
-        self._signal(signal.SIGTERM)
-        self._signal(signal.SIGCONT)
-
-    def kill(self) -> None:
-        self._signal(signal.SIGKILL)
-
-    def _signal(self, sig: int) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
 
 
 class Zygote:
