@@ -40,7 +40,8 @@ class Member(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Membership(Message):
-    """gossip -> local bus: every live node (this one included), on change and with every hello (0.25 s)."""
+    """gossip -> local bus: every live node (this one included), at once on a change of who is there
+    or how to reach them, else at most every second (fresh memory and disk readings)."""
 
     TYPE: ClassVar[str] = "cluster.membership"
     node_id: str

@@ -58,6 +58,11 @@ QUIET_MAX_S = 3.0
 declared gone: a killed node is noticed in this time instead of the peer timeout, while a
 peer whose gossip role was restarted (back in well under a second) stays."""
 DISCOVERY_INTERVAL_S = 2.0
+MEMBERSHIP_REFRESH_S = 1.0
+"""A membership that only refreshes readings (free memory and disk, their time) is published at
+most this often; a change of who is there, or of how to reach them, goes out with the next hello.
+Every node's bus, event log, master and API handle each one: at the hello rate (4/s) that was most
+of an idle node's CPU."""
 LEARNED_TTL_S = 10.0
 
 
@@ -85,6 +90,14 @@ def local_addresses(listen: str) -> tuple[str, ...]:
     return tuple(sorted(addrs)) or ("127.0.0.1",)
 
 
+
+def membership_shape(members: list[Member]) -> tuple[tuple[object, ...], ...]:
+    """What a membership says beyond fresh readings: who is there and how to reach them (a change
+    here is published at once; readings of memory and disk ride the next refresh)."""
+    return tuple(sorted((m.info.node_id, m.master_endpoint, m.info.friendly_name, m.info.addresses,
+                         m.info.api_port, m.info.skulk_version, m.info.event_log_mode, m.info.event_log_reason,
+                         m.info.ram_total, m.info.disk_total, m.info.accelerator) for m in members))
+
 class Gossip:
     def __init__(self, loop: ServiceLoop, args: GossipArgs) -> None:
         self.loop = loop
@@ -107,6 +120,8 @@ class Gossip:
         taken = bool(args.derived_name) and same_name(remembered(loop.rt.args.home), args.derived_name)
         self.me = Named(args.node_id, args.derived_name if taken else args.node_name, args.started)
         self.refused = ""  # why this node does not join (a name clash); "" while it may
+        self.published_shape: tuple[tuple[object, ...], ...] = ()
+        self.published_at = 0.0
         self.warned: set[tuple[str, str]] = set()  # (ignored node, holder) pairs already logged
         first = first_gossip_of_node(loop.rt.args.run_dir, args.started)
         discovery = args.discovery_port > 0 and not args.listen.startswith("127.")
@@ -297,6 +312,10 @@ class Gossip:
         members = [Member(info=me, master_endpoint=f"tcp://{self.addresses[0]}:{self.args.master_port}")]
         members += [Member(info=p.hello.info, master_endpoint=f"tcp://{p.address}:{p.hello.master_port}")
                     for p in self.table.peers.values()]
+        shape, now = membership_shape(members), time.monotonic()
+        if shape == self.published_shape and now - self.published_at < MEMBERSHIP_REFRESH_S:
+            return
+        self.published_shape, self.published_at = shape, now
         self.loop.publish(EVT_CLUSTER, Membership(node_id=self.args.node_id, members=tuple(members)),
                           suffix="membership")
         self.loop.status_detail = self.refused or (f"node {self.me.name}: {len(members)} node(s), "
