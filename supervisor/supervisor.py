@@ -399,15 +399,12 @@ class Supervisor:
     def status(self, now: float) -> list[ChildStatus]:
         rows: list[ChildStatus] = []
         for slot in self.slots.values():
-            alive = slot.alive()
-            pid = slot.proc.pid if isinstance(slot, WorkerSlot) and slot.proc else None
+            proc = slot.proc if isinstance(slot, WorkerSlot) else None
+            uptime = round(now - slot.started_at, 3) if slot.alive() and slot.started_at else None
             rows.append(ChildStatus(
-                id=slot.id, supervisor=self.spec.id,
-                kind="worker" if isinstance(slot, WorkerSlot) else "supervisor",
-                pid=pid, state=slot.state, restarts=slot.restarts,
-                uptime_s=round(now - slot.started_at, 3) if alive and slot.started_at else None,
-                forked=bool(isinstance(slot, WorkerSlot) and slot.proc and slot.proc.forked),
-                standby=bool(isinstance(slot, WorkerSlot) and slot.proc and slot.proc.standby)))
+                id=slot.id, supervisor=self.spec.id, kind="worker" if isinstance(slot, WorkerSlot) else "supervisor",
+                pid=proc.pid if proc else None, state=slot.state, restarts=slot.restarts, uptime_s=uptime,
+                forked=bool(proc and proc.forked), standby=bool(proc and proc.standby)))
             if isinstance(slot, SupervisorSlot) and slot.sup is not None:
                 rows.extend(slot.sup.status(now))
         return rows

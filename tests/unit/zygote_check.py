@@ -63,7 +63,9 @@ def main() -> None:
 
     child = zygote.spawn("tests.unit.zygote_child", [str(tmp / "killed.json")], env)
     assert child is not None
+    deadline = time.monotonic() + 60
     while not (tmp / "killed.json").exists() and child.poll() is None:
+        assert time.monotonic() < deadline, "forked child never ran"
         time.sleep(0.01)
     child.kill()
     assert wait_exit(child) in (3, -signal.SIGKILL)
