@@ -7,6 +7,9 @@ PY     := $(VENV)/bin/python
 SKULK_ACCEL ?= $(shell if [ "$$(uname -s)" = "Linux" ] && { [ -e /proc/driver/nvidia/version ] || nvidia-smi -L >/dev/null 2>&1; }; then echo cuda; else echo cpu; fi)
 export SKULK_ACCEL
 STAMP  := $(VENV)/.installed-$(SKULK_ACCEL)
+LLAMA_CPP_VERSION := 0.3.36
+# llama.cpp's own build options: native CPU kernels, no tools, no network code.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF
 SKULK_HOME ?= $(HOME)/.skulk
 API_PORT ?= 52415
 CLUSTER_PORT ?= 52416
@@ -34,6 +37,13 @@ sysdeps:
 	  (apt-get update -qq && env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null) \
 	    || echo "warning: could not install iproute2; the LAN discovery tests will skip"; \
 	fi
+	@# A C++ compiler: pip compiles llama.cpp (llama-cpp-python) from source.
+	@if [ "$$(uname -s)" = "Linux" ] && command -v dpkg >/dev/null 2>&1 && ! command -v c++ >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  echo "installing g++ (to build llama.cpp)"; \
+	  ($$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null) \
+	    || echo "warning: could not install g++; llama.cpp will not build and MLX serves every model"; \
+	fi
 	@# Debian's Chromium: the dashboard's browser test drives it with Playwright (no browser download).
 	@if [ "$$(uname -s)" = "Linux" ] && command -v dpkg >/dev/null 2>&1 && ! dpkg -s chromium >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi; \
@@ -57,6 +67,13 @@ $(STAMP): pyproject.toml
 	elif $(PY) -m pip show -q mlx-cuda-13 >/dev/null 2>&1; then \
 	  $(PY) -m pip uninstall -q -y mlx-cuda-13 && \
 	  $(PY) -m pip install -q --force-reinstall --no-deps "mlx-cpu==$$mlx"; \
+	fi
+	@# llama.cpp (the engine for GGUF on a CPU): compiled from source the first time, about 10
+	@# minutes on two cores; pip keeps the wheel, so later set-ups take seconds (docs/engines.md).
+	@if ! $(PY) -c 'import llama_cpp' >/dev/null 2>&1; then \
+	  echo "building llama.cpp (llama-cpp-python $(LLAMA_CPP_VERSION)) for this machine: ~10 min on 2 cores, once"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q "llama-cpp-python==$(LLAMA_CPP_VERSION)" \
+	    || echo "warning: llama.cpp did not build; this node serves every model with MLX"; \
 	fi
 	rm -f $(VENV)/.installed $(VENV)/.installed-*
 	touch $(STAMP)

@@ -15,11 +15,12 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from skulk.cluster import engines
 from skulk.cluster.catalog import cards_of
 from skulk.cluster.state import Instance, NodeInfo, ShardMeta, State
 from skulk.node.model_cards import LLAMA_LAYOUT
 from skulk.wire.commands import PlaceInstance, RejectReason
-from skulk.wire.models import ModelCard
+from skulk.wire.models import EngineKind, ModelCard
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -85,17 +86,18 @@ def room(state: State, node_id: str) -> int:
         runner = inst.node_to_runner.get(node_id)
         if runner is None or runner not in inst.runner_to_shard:
             continue
-        shard, whole = inst.runner_to_shard[runner], held(inst.card, node)
+        shard, whole = inst.runner_to_shard[runner], held(inst.card, node, EngineKind(inst.engine))
         placed += (whole * (shard.end_layer - shard.start_layer) // max(1, shard.n_layers)
                    if shard.kind == "Pipeline" else whole // max(1, shard.world_size))
     return max(0, usable(node) - placed)
 
 
-def held(card: ModelCard, node: NodeInfo) -> int:
-    """The weights a runner on `node` holds: on a GPU the checkpoint as stored (a quantized model
-    stays quantized unless its bf16 copy fits the GPU's free memory at load: `runner.quantized`),
-    on the CPU every parameter in fp32 (`ModelCard.memory_bytes`)."""
-    return card.storage_size_bytes if on_gpu(node) else card.memory_bytes
+def held(card: ModelCard, node: NodeInfo, engine: EngineKind = EngineKind.MLX) -> int:
+    """The weights a runner on `node` holds: llama.cpp's GGUF file as stored; MLX's on a GPU the
+    checkpoint as stored (a quantized model stays quantized unless its bf16 copy fits the GPU's
+    free memory at load: `runner.quantized`), on the CPU every parameter in fp32
+    (`ModelCard.memory_bytes`)."""
+    return engines.weights_held(card, engine, on_gpu(node))
 
 
 def required(share: int, storage: int, kv: int) -> int:
@@ -115,14 +117,15 @@ def layer_split(n_layers: int, weights: list[int]) -> list[int]:
     return split
 
 
-def shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> list[int]:
+def shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str,
+           engine: EngineKind = EngineKind.MLX) -> list[int]:
     """The weights each node of `ring` holds (Tensor: an even part; Pipeline: by room)."""
     nodes = [state.nodes[n] for n in ring]
     if sharding == "Tensor":
-        return [held(card, node) // len(ring) for node in nodes]
+        return [held(card, node, engine) // len(ring) for node in nodes]
     rooms = [room(state, n) for n in ring]
     total = sum(rooms) or 1
-    return [int(held(card, node) * r / total) for node, r in zip(nodes, rooms)]
+    return [int(held(card, node, engine) * r / total) for node, r in zip(nodes, rooms)]
 
 
 def drafter_bytes(state: State, card: ModelCard, node: NodeInfo, width: int) -> int:
@@ -134,18 +137,20 @@ def drafter_bytes(state: State, card: ModelCard, node: NodeInfo, width: int) -> 
     return held(drafter, node) if drafter is not None else 0
 
 
-def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str) -> str | None:
-    kv = kv_bytes(card.n_layers, card.num_key_value_heads)
-    for node_id, share in zip(ring, shares(card, ring, state, sharding)):
+def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str,
+            engine: EngineKind = EngineKind.MLX) -> str | None:
+    tokens = engines.kv_tokens(engine, KV_TOKENS)
+    kv = kv_bytes(card.n_layers, card.num_key_value_heads, tokens)
+    for node_id, share in zip(ring, shares(card, ring, state, sharding, engine)):
         node = state.nodes[node_id]
-        whole = held(card, node)
+        whole = held(card, node, engine)
         need = required(share, whole, kv) + int(drafter_bytes(state, card, node, len(ring)) * OVERHEAD)
         can = room(state, node_id)
         if need > can:
             kv_share = kv * share / whole if whole else 0
             return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "
                     f"needs ~{need / GIB:.1f}GB ({share / GIB:.1f}GB weights + {kv_share / GIB:.1f}GB "
-                    f"KV@{KV_TOKENS}tok + runtime headroom) but can use {can / GIB:.1f}GB "
+                    f"KV@{tokens}tok + runtime headroom) on {engine} but can use {can / GIB:.1f}GB "
                     + ("(90% of its GPU's memory)" if node.accelerator is not None and node.accelerator.kind == "cuda"
                        else "(min of available and 75% of RAM)"))
     return None
@@ -205,12 +210,21 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
     rings = alike
     misfits: list[str] = []
     fitting: list[tuple[str, ...]] = []
+    chosen: dict[tuple[str, ...], EngineKind] = {}
+    refusals: list[str] = []
     for ring in rings:
-        why = _misfit(card, ring, state, cmd.sharding)
+        engine = engines.choose(card, [state.nodes[n] for n in ring], cmd.engine)
+        if isinstance(engine, engines.Refused):
+            refusals.append(engine.reason)
+            continue
+        why = _misfit(card, ring, state, cmd.sharding, engine)
         if why:
             misfits.append(why)
         else:
             fitting.append(ring)
+            chosen[ring] = engine
+    if not fitting and not misfits:
+        return PlacementError(400, f"No candidate cycle can run {card.model_id}: " + "; ".join(dict.fromkeys(refusals)))
     if not fitting:
         return PlacementError(400, f"No candidate cycle fits {card.model_id} "
                                    f"({card.memory_bytes / GIB:.1f}GB of weights): " + "; ".join(misfits[:3]))
@@ -246,11 +260,11 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
     if sharding == "Pipeline" and card.n_layers < len(ring):
         return PlacementError(400, f"{card.model_id} has {card.n_layers} layers, fewer than the "
                                    f"{len(ring)} nodes of the ring")
-    return _instance(state, card, ring, sharding, new_id)
+    return _instance(state, card, ring, sharding, new_id, chosen[ring])
 
 
 def _instance(state: State, card: ModelCard, ring: tuple[str, ...], sharding: str,
-              new_id: Callable[[], str]) -> Instance:
+              new_id: Callable[[], str], engine: EngineKind = EngineKind.MLX) -> Instance:
     instance_id = new_id()
     n = len(ring)
     split = (layer_split(card.n_layers, [room(state, x) for x in ring])
@@ -268,13 +282,13 @@ def _instance(state: State, card: ModelCard, ring: tuple[str, ...], sharding: st
         node_to_runner[node_id] = runner_id
         address = (state.nodes[node_id].addresses or ("127.0.0.1",))[0]
         hosts.append(f"{address}:{ring_port(instance_id, rank)}")
-    limit = min(context_limit(state.nodes[x], held(card, state.nodes[x]) * (end_ - start_) // card.n_layers
-                              if sharding == "Pipeline" else held(card, state.nodes[x]) // n,
+    limit = min(context_limit(state.nodes[x], held(card, state.nodes[x], engine) * (end_ - start_) // card.n_layers
+                              if sharding == "Pipeline" else held(card, state.nodes[x], engine) // n,
                               card.n_layers, card.num_key_value_heads, card.context_length)
                 for x, (start_, end_) in zip(ring, [(s.start_layer, s.end_layer) for s in runner_to_shard.values()]))
     return Instance(instance_id=instance_id, instance_meta="MlxRing", card=card,
                     runner_to_shard=runner_to_shard, node_to_runner=node_to_runner,
-                    context_token_limit=limit, ring_hosts=tuple(hosts) if n > 1 else ())
+                    context_token_limit=limit, ring_hosts=tuple(hosts) if n > 1 else (), engine=engine.value)
 
 
 def context_limit(node: NodeInfo, weights: int, n_layers: int, kv_heads: int | None,

@@ -75,6 +75,7 @@ class Instance(Message):
     node_to_runner: dict[str, str]
     context_token_limit: int
     ring_hosts: tuple[str, ...] = ()  # "ip:port" per rank: the mx.distributed ring hostfile
+    engine: str = "mlx"  # the EngineKind every rank runs (`cluster/engines.py` chose it)
 
     @property
     def model_id(self) -> str:
@@ -178,6 +179,7 @@ class NodeInfo(Message):
     event_log_mode: str = ""  # "writing" | "counting" (the disk is full: events counted, not written)
     event_log_reason: str = ""  # why it is counting only
     accelerator: Accelerator | None = None  # what its runners compute on (`wire/accelerator.py`)
+    engines: tuple[str, ...] = ()  # the EngineKinds its runners can use (`wire/engines.py`); (): MLX only
 
 
 DELETED_BY_OPERATOR = "deleted by operator"

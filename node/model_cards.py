@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from skulk.wire.models import ModelCard, ModelDirError, ModelTask, dir_name
+from skulk.wire.models import GGUF_FILE, EngineKind, ModelCard, ModelDirError, ModelTask, dir_name
 
 TENSOR_FAMILIES = frozenset({"qwen2", "qwen3", "llama", "mistral", "phi3", "gemma2", "gemma3",
                              "deepseek_v2", "deepseek_v3", "qwen3_moe", "olmo2", "glm4"})
@@ -166,6 +166,8 @@ def card_from_dir(directory: Path) -> ModelCard:
     else:
         quantization = str(config.get("torch_dtype") or "unknown")
     family = str(config.get("model_type", "unknown"))
+    gguf = directory / GGUF_FILE  # llama.cpp runs the file (text generation only)
+    embedding = is_embedding_dir(directory)
     return ModelCard(
         model_id=model_id,
         storage_size_bytes=sum(w.stat().st_size for w in weights),
@@ -176,8 +178,10 @@ def card_from_dir(directory: Path) -> ModelCard:
         supports_pipeline=family in PIPELINE_FAMILIES | LLAMA_LAYOUT,
         context_length=int(text.get("max_position_embeddings") or 0),
         family=family, quantization=quantization,
-        tasks=((ModelTask.TEXT_EMBEDDING if is_embedding_dir(directory) else ModelTask.TEXT_GENERATION).value,),
-        companions=companions_of(directory), drafter=drafter_of(directory))
+        tasks=((ModelTask.TEXT_EMBEDDING if embedding else ModelTask.TEXT_GENERATION).value,),
+        companions=companions_of(directory), drafter=drafter_of(directory),
+        engines=(EngineKind.MLX.value,) + ((EngineKind.LLAMA_CPP.value,) if gguf.is_file() and not embedding else ()),
+        gguf_bytes=gguf.stat().st_size if gguf.is_file() else 0)
 
 
 def scan(models_dir: Path) -> tuple[dict[str, ModelCard], dict[str, str]]:

@@ -76,6 +76,7 @@ class GossipArgs(Argv):
     discovery_port: int  # 0: no LAN discovery
     version: str = "0"
     api_port: int = 0  # advertised so peers can fan out to this node's API
+    engine: str = "auto"  # runner.engine: which installed engines the node offers (`wire/engines.py`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,6 +180,7 @@ class RunnerPlacement(Argv):
     split: tuple[int, ...] = ()  # layers per rank
     control: str = ""  # rank 0's lock-step port, "ip:port"
     embedding: bool = False  # the card's task: serve `Embed`
+    engine: str = "mlx"  # the instance's EngineKind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -62,7 +62,8 @@ def role_settings(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0
         return GossipArgs(listen=cfg.listen, port=cfg.cluster_port, master_port=cfg.cluster_port + 1,
                           node_id=node_id, node_name=cfg.node_name, derived_name=cfg.derived_name, started=started,
                           namespace=cfg.namespace, peers=cfg.bootstrap_peers, peer_timeout=cfg.peer_timeout_s,
-                          discovery_port=cfg.discovery_port, version=skulk_version(), api_port=cfg.api_port)
+                          discovery_port=cfg.discovery_port, version=skulk_version(), api_port=cfg.api_port,
+                          engine=cfg.engine)
     if role == "master":
         return MasterArgs(listen=cfg.listen, port=cfg.cluster_port + 1, node_id=node_id,
                           election_timeout=cfg.election_timeout_s, recreate_backoff=cfg.recreate_backoff_s,

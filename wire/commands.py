@@ -62,6 +62,7 @@ class PlaceInstance(Command):
     instance_meta: str = "MlxRing"
     min_nodes: int = 1
     excluded_nodes: tuple[str, ...] = ()
+    engine: str = "auto"  # auto | mlx | llama_cpp (an EngineKind): auto picks the fastest the ring has
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

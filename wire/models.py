@@ -19,6 +19,17 @@ class ModelTask(StrEnum):
     TEXT_EMBEDDING = "TextEmbedding"
 
 
+class EngineKind(StrEnum):
+    """What computes an instance's tokens (one engine per instance, every rank alike)."""
+
+    MLX = "mlx"  # mlx-lm: Metal, CUDA or the CPU; shards across nodes
+    LLAMA_CPP = "llama_cpp"  # llama.cpp on a GGUF file: one node, its CPU (or its GPU where built for one)
+
+
+GGUF_FILE = "model.gguf"
+"""The GGUF checkpoint an imported model directory keeps beside its MLX weights (llama.cpp runs it)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCard(Message):
     TYPE: ClassVar[str] = "model.card"
@@ -39,6 +50,8 @@ class ModelCard(Message):
     """What a runner on the CPU path holds for the weights: every parameter in fp32 (a quantized
     model is dequantized at load), counted from the safetensors headers; 0: unknown, take the
     files' size."""
+    engines: tuple[str, ...] = (EngineKind.MLX.value,)  # EngineKinds that can run the checkpoint
+    gguf_bytes: int = 0  # the GGUF file's size (what llama.cpp holds for the weights); 0: none
 
     @property
     def memory_bytes(self) -> int:

@@ -25,7 +25,8 @@ def card_json(card: ModelCard) -> dict[str, Any]:
             "nLayers": card.n_layers, "hiddenSize": card.hidden_size,
             "supportsTensor": card.supports_tensor, "tasks": list(card.tasks),
             "numKeyValueHeads": card.num_key_value_heads, "family": card.family,
-            "quantization": card.quantization, "contextLength": card.context_length}
+            "quantization": card.quantization, "contextLength": card.context_length,
+            "engines": list(card.engines)}
 
 
 def instance_json(inst: Instance) -> dict[str, Any]:
@@ -38,6 +39,7 @@ def instance_json(inst: Instance) -> dict[str, Any]:
         "shardAssignments": {"modelId": inst.model_id, "runnerToShard": shards,
                              "nodeToRunner": dict(inst.node_to_runner)},
         "contextTokenLimit": inst.context_token_limit,
+        "engine": inst.engine,
         "hostsByNode": {}, "ephemeralPort": 0}}
 
 
@@ -131,8 +133,8 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
                            for n, i in nodes.items()},
         "nodeDisk": {n: {"total": memory(i.disk_total), "available": memory(i.disk_available)}
                      for n, i in nodes.items()},
-        "nodeSystem": {n: {"accelerator": accelerator_json(i.accelerator)} for n, i in nodes.items()
-                       if i.accelerator is not None},
+        "nodeSystem": {n: {"accelerator": accelerator_json(i.accelerator), "engines": list(i.engines or ("mlx",))}
+                       for n, i in nodes.items() if i.accelerator is not None},
         "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
         "clusterWarnings": cluster_warnings(nodes),
         "masterNodeId": state.master_node_id,
@@ -167,8 +169,10 @@ def accelerator_json(acc: Accelerator | None) -> dict[str, Any] | None:
             "backend": acc.backend, "note": acc.note or None}
 
 
-def model_entry(card: ModelCard) -> dict[str, Any]:
-    """One `/v1/models` entry (snake_case, upstream's ModelListModel)."""
+def model_entry(card: ModelCard, serving: list[str] | None = None) -> dict[str, Any]:
+    """One `/v1/models` entry (snake_case, upstream's ModelListModel); ours: the engines that can
+    run it and those its instances run on now."""
+    serving = sorted(set(serving or ()))
     return {"id": card.model_id, "object": "model", "created": 0, "owned_by": "skulk",
             "hugging_face_id": card.model_id, "name": card.model_id.split("/", 1)[1],
             "description": "", "context_length": card.context_length,
@@ -176,7 +180,8 @@ def model_entry(card: ModelCard) -> dict[str, Any]:
             "storage_size_megabytes": round(card.storage_size_bytes / 1024 ** 2),
             "supports_tensor": card.supports_tensor, "tasks": list(card.tasks),
             "is_custom": False, "family": card.family, "quantization": card.quantization,
-            "base_model": card.model_id, "capabilities": ["embedding" if card.is_embedding else "text"]}
+            "base_model": card.model_id, "capabilities": ["embedding" if card.is_embedding else "text"],
+            "engines": list(card.engines), "serving_engines": serving}
 
 
 # ---- the shapes above as JSON Schemas (published in /api/openapi.json via routes.py) ----------
@@ -185,7 +190,7 @@ CARD: Schema = obj({"modelId": STRING, "storageSize": MEMORY, "nLayers": INTEGER
                     "supportsTensor": BOOLEAN, "tasks": array(STRING), "family": STRING,
                     "quantization": STRING, "contextLength": INTEGER})
 INSTANCE: Schema = tagged(r"^[A-Za-z]+Instance$", obj({
-    "instanceId": STRING, "contextTokenLimit": INTEGER,
+    "instanceId": STRING, "contextTokenLimit": INTEGER, "engine": STRING,
     "shardAssignments": obj({"modelId": STRING, "nodeToRunner": map_of(STRING),
                              "runnerToShard": map_of(tagged(r"^[A-Za-z]+ShardMetadata$", obj({
                                  "modelCard": CARD, "deviceRank": INTEGER, "worldSize": INTEGER,
@@ -204,7 +209,8 @@ STATE: Schema = obj({
 MODEL_ENTRY: Schema = obj({
     "id": STRING, "object": enum("model"), "created": INTEGER, "owned_by": STRING, "name": STRING,
     "context_length": INTEGER, "supports_tensor": BOOLEAN, "tasks": array(STRING), "family": STRING,
-    "quantization": STRING, "storage_size_megabytes": INTEGER}, {"capabilities": array(STRING)})
+    "quantization": STRING, "storage_size_megabytes": INTEGER},
+    {"capabilities": array(STRING), "engines": array(STRING), "serving_engines": array(STRING)})
 """`model_entry`: one model (upstream's ModelListModel)."""
 MODEL_LIST: Schema = obj({"object": enum("list"), "data": array(MODEL_ENTRY)})
 """`/v1/models`: `{"object": "list", "data": [model_entry(...)]}`."""

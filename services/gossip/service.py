@@ -41,6 +41,7 @@ from skulk.supervisor.node_identity import remember, remembered
 from skulk.wire import curve
 from skulk.wire.accelerator import gather
 from skulk.wire.cluster import Member, Membership, PeerHello
+from skulk.wire.engines import engines_here
 from skulk.wire.errors import UnexpectedMessage, UnknownMessage, WireError
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_routed, send
@@ -96,7 +97,7 @@ def membership_shape(members: list[Member]) -> tuple[tuple[object, ...], ...]:
     here is published at once; readings of memory and disk ride the next refresh)."""
     return tuple(sorted((m.info.node_id, m.master_endpoint, m.info.friendly_name, m.info.addresses,
                          m.info.api_port, m.info.skulk_version, m.info.event_log_mode, m.info.event_log_reason,
-                         m.info.ram_total, m.info.disk_total, m.info.accelerator) for m in members))
+                         m.info.ram_total, m.info.disk_total, m.info.accelerator, m.info.engines) for m in members))
 
 class Gossip:
     def __init__(self, loop: ServiceLoop, args: GossipArgs) -> None:
@@ -147,7 +148,8 @@ class Gossip:
                         ram_available=int(mem.available), when=time.time(),
                         addresses=self.addresses, disk_total=int(disk.total),
                         disk_available=int(disk.free), api_port=self.args.api_port,
-                        event_log_mode=mode, event_log_reason=reason, accelerator=gather(int(mem.total)))
+                        event_log_mode=mode, event_log_reason=reason, accelerator=gather(int(mem.total)),
+                        engines=engines_here(self.args.engine))
 
     def hello(self) -> None:
         msg = PeerHello(namespace=self.ns_hash, info=self.info(), gossip_port=self.args.port,

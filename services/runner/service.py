@@ -46,6 +46,7 @@ from skulk.wire.errors import WireError
 from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry, Phase
 from skulk.wire.inference import Cancel, Done, Embed, Failed, FailReason, Generate, Started
+from skulk.wire.models import EngineKind
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, publish, recv_routed, send_routed
 from skulk.wire.topics import EVT_FLIGHT, EVT_RUNNER
@@ -76,11 +77,7 @@ class Runner:
         if self.embedder is not None:  # the boot needs only its load, warmup and path
             # Only its load, warmup, path and active() are used (its Batcher stays empty): not a full Engine.
             engine = cast(Engine, self.embedder.engine)
-        self.engine: Engine = engine or MlxBatchEngine(
-            place.model_dir, self.ring, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
-            prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized),
-            spec=SpecSettings(spec_mode(settings.spec_mode, place.model_dir), settings.spec_draft_tokens,
-                              settings.spec_max_streams, settings.spec_drafter))
+        self.engine: Engine = engine or make_engine(args, self.ring)
         traces = RankTraces(loop.rt.args.home, place.node_id, "", place.model_id, place.rank)
         self.batcher = Batcher(self.engine, Limits(max_batch=settings.max_batch, queue_max=settings.queue_max),
                                traces=traces)
@@ -127,7 +124,8 @@ class Runner:
             waiting=waiting, phase=self.observer.recorder.phase, tok_s=round(self.observer.rate(total), 2),
             pid=os.getpid(), tokens_total=total, step_cpu_s=round(self.batcher.step_cpu_s, 4),
             step_wall_s=round(self.batcher.step_wall_s, 4)), suffix=self.place.runner_id)
-        self.loop.status_detail = f"{self.status.kind} {self.place.model_id} batch {active} waiting {waiting}"
+        self.loop.status_detail = (f"{self.status.kind} {self.place.model_id} on {self.place.engine} "
+                                   f"batch {active} waiting {waiting}")
 
     def load(self) -> tuple[int, int]:
         """Requests running and waiting (generation batch, or embedding queue)."""
@@ -258,6 +256,21 @@ class Runner:
                             {t.uid for t in out.tokens}, self.engine.active())
                 traces.ended_uids(set(step.removes) | {t.uid for t in out.tokens if t.finish is not None})
             self.loop.rt.beat()
+
+
+def make_engine(args: RunnerArgs, ring: Ring | None) -> Engine:
+    """The instance's engine (`RunnerPlacement.engine`), sized by the node's runner settings."""
+    place, settings = args.placement, args.settings
+    if place.engine == EngineKind.LLAMA_CPP:
+        from skulk.services.runner.llamacpp.engine import LlamaCppEngine
+
+        return LlamaCppEngine(place.model_dir, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
+                              prefix_cache_bytes=settings.prefix_cache_mb << 20)
+    return MlxBatchEngine(
+        place.model_dir, ring, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
+        prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized),
+        spec=SpecSettings(spec_mode(settings.spec_mode, place.model_dir), settings.spec_draft_tokens,
+                          settings.spec_max_streams, settings.spec_drafter))
 
 
 def spec_mode(asked: str, model_dir: Path) -> SpecMode:

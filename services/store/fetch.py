@@ -9,6 +9,7 @@ network step has a short deadline.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -137,8 +138,16 @@ def add_local_dir(source: Path, dest_root: Path, model_id: str | None = None,
             raise FetchError(f"{model_id}: copy from {source} failed: {exc}", AddFailure.WRITE) from None
         final = _install(staged, dest_root, force)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _clean(work)
     return _result(model_id, final, "local")
+
+
+def _clean(work: Path) -> None:
+    """Remove an import's work directory, and the work root with it once nothing else is in it
+    (another import running beside this one keeps it)."""
+    shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):  # not empty, or already gone
+        work.parent.rmdir()
 
 
 def gguf_file(source: Path) -> Path | None:
@@ -184,7 +193,7 @@ def add_gguf(path: Path, dest_root: Path, model_id: str | None = None, force: bo
                              f"{exc.strerror or exc}", AddFailure.WRITE) from None
         final = _install(staged, dest_root, force)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _clean(work)
     return _result(model_id, final, "gguf")
 
 

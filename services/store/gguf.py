@@ -18,12 +18,15 @@ without ever loading mlx; an import runs in the CLI (`skulk model add`).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from skulk.services.store.gguf_tokenizer import TokenizerError, build
+from skulk.wire.models import GGUF_FILE
 
 ARCHITECTURES = {"llama": ("llama", True), "mistral": ("llama", True), "qwen2": ("qwen2", False)}
 """GGUF `general.architecture` -> (mlx-lm model_type, rope_traditional)."""
@@ -147,7 +150,17 @@ def write_dir(path: Path, out: Path, model_id: str) -> dict[str, Any]:
     mx.save_safetensors(str(out / "model.safetensors"), imported.weights, metadata={"format": "mlx"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "README.md").write_text(card_text(path, model_id, config, meta))
+    keep_gguf(path, out / GGUF_FILE)
     return config
+
+
+def keep_gguf(path: Path, dest: Path) -> None:
+    """The GGUF file itself beside the MLX weights, for the llama.cpp engine: a hard link where
+    both are on one file system (no second copy on disk), else a copy."""
+    try:
+        os.link(path, dest)
+    except OSError:
+        shutil.copyfile(path, dest)
 
 
 def card_text(path: Path, model_id: str, config: dict[str, Any], meta: dict[str, Any]) -> str:

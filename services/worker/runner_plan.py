@@ -61,7 +61,7 @@ def plan(state: State, node_id: str, running: set[str], locate: Callable[[str], 
             runner_id=rid, instance_id=inst.instance_id, node_id=node_id, model_id=inst.model_id,
             model_dir=model_dir, listen=listen, advertise=advertise, rank=shard.device_rank,
             world_size=shard.world_size, start_layer=shard.start_layer, end_layer=shard.end_layer,
-            embedding=inst.card.is_embedding)
+            embedding=inst.card.is_embedding, engine=inst.engine)
         if shard.world_size > 1:
             placement = replace(placement, sharding=shard.kind, hosts=inst.ring_hosts, control=control,
                                 split=tuple(m.end_layer - m.start_layer for m in ranks))

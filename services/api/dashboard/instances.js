@@ -51,6 +51,7 @@ export function instanceViews(state, clusters) {
     views.push({id, modelId: sa.modelId || (pool && pool.modelId), meta: (kind || '').replace('Instance', ''),
                 sharding: (pool && pool.sharding) || (ranks[0] && ranks[0].sharding), worldSize: ranks.length,
                 ranks, pool, status: statusLabel(ranks.map((r) => r.status)),
+                engine: inst.engine || 'mlx',
                 enginePath: first.enginePath || null, speculation: first.speculation || null});
   }
   for (const [id, pool] of Object.entries(pools)) {  // a pool the state does not list yet
@@ -106,6 +107,7 @@ function InstanceCard({view, onTimeline}) {
       <${Phase} phase=${pool.phase} />
     </header>
     <div class="muted">${view.sharding || '?'} · ${view.meta || 'MlxRing'} · ${view.worldSize} rank${view.worldSize === 1 ? '' : 's'}
+      · <span data-testid="engine">${view.engine || 'mlx'}</span>
       · <span class="mono">${view.id}</span></div>
     ${view.speculation ? html`<div data-testid="speculation">speculative decoding: ${view.speculation}</div>` : null}
     ${view.enginePath ? html`<div class="muted" data-testid="engine-path">${view.enginePath}</div>` : null}

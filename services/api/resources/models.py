@@ -69,4 +69,9 @@ class ModelsResource:
         self.catalog = catalog
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {"object": "list", "data": [model_entry(c) for c in self.catalog.cards().values()]}
+        state = self.catalog.replica.get(timeout=0.0)
+        serving: dict[str, list[str]] = {}
+        for inst in (state.instances.values() if state is not None else ()):
+            serving.setdefault(inst.model_id, []).append(inst.engine)
+        resp.media = {"object": "list", "data": [model_entry(c, serving.get(c.model_id))
+                                                 for c in self.catalog.cards().values()]}

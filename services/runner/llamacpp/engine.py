@@ -1,0 +1,326 @@
+"""The llama.cpp engine: a GGUF checkpoint on llama.cpp's kernels, batched by the runner.
+
+llama.cpp computes; everything around the model's step is the runner's, as with MLX: one
+`llama_context` whose unified KV cache holds a sequence per running request and per prefix-cache
+entry (`prefix.py`), and each `step()` is one `llama_decode` of one batch: the next token of
+every decoding row plus up to `prefill_chunk` prompt tokens shared by the rows still
+prefilling (`scheduler.prefill_share`), so requests join and leave between any two steps and a
+long prompt goes in by chunks while the others decode. Tokens are sampled here (`sample.py`;
+greedy is llama.cpp's own arg-max), grammars mask logits (`grammar.py`), and the prompt is the
+chat template's text tokenized by llama.cpp itself (`text.py`), so a greedy answer is token for
+token what llama.cpp gives on the same file.
+
+The weights are the GGUF file as stored (quantized kernels run on the CPU at full speed: no
+fp32 copy); where llama.cpp was built with a GPU backend every layer is offloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from skulk.cluster.state import TaskParams
+from skulk.services.runner import warmup
+from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.grammar import GrammarMask
+from skulk.services.runner.llamacpp.batch import Batch
+from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
+from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, top_logprobs
+from skulk.services.runner.llamacpp.text import Detokenizer as PieceDetokenizer
+from skulk.services.runner.llamacpp.text import Vocab
+from skulk.services.runner.prompt import template_inputs
+from skulk.services.runner.scheduler import MIN_PREFILL_SHARE, prefill_share
+from skulk.wire.inference import RankInsert
+from skulk.wire.models import GGUF_FILE
+
+log = logging.getLogger("skulk.runner")
+
+KV_TOKENS = 16384
+"""Tokens the unified KV cache holds for all rows and cached prefixes together (one request may
+use all of them, up to the model's own context)."""
+CACHE_SEQUENCES = 8
+"""Prefix-cache entries kept beside the running rows (each holds a sequence id)."""
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
+UBATCH = 512
+FLASH_ATTN = int(os.environ.get("FA", "1"))
+
+
+class LlamaLoadError(RuntimeError):
+    """llama.cpp could not load the file (the message says what is wrong)."""
+
+
+@dataclass
+class _Row:
+    uid: int
+    seq: int
+    prompt: list[int]
+    max_tokens: int
+    sampler: Sampler
+    grammar: GrammarMask | None
+    done: int  # prompt tokens whose keys and values are in the cache
+    output: list[int] = field(default_factory=list)
+
+    @property
+    def decoding(self) -> bool:
+        return self.done >= len(self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class Logits:
+    """One row's logits after its grammar's mask (a copy: llama.cpp reuses its buffer)."""
+
+    values: np.ndarray
+
+
+def threads() -> int:
+    """llama.cpp's compute threads: one per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaCppEngine:
+    def __init__(self, model_dir: Path, max_batch: int, prefill_chunk: int, prefix_cache_bytes: int,
+                 kv_tokens: int = KV_TOKENS, n_threads: int = 0) -> None:
+        self.model_dir, self.max_batch, self.prefill_chunk = model_dir, max_batch, prefill_chunk
+        self.prefix_cache_bytes, self.kv_tokens = prefix_cache_bytes, kv_tokens
+        self.n_threads = n_threads or threads()
+        self.path = "llama.cpp"
+        self.model_context = 0
+        self.max_token_bytes = 1
+        self.vocab_size = 0
+        self.speculation = ""
+        self.rows: dict[int, _Row] = {}
+        self.uid_count = 0
+        self.joined = 0
+        self._lltokenizer: Any = None
+        self._format: OutputFormat | None = None
+
+    # ---- boot ------------------------------------------------------------------------------
+    def load(self) -> None:
+        import llama_cpp
+        from mlx_lm.tokenizer_utils import load as load_tokenizer
+
+        gguf = self.model_dir / GGUF_FILE
+        if not gguf.is_file():
+            raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        gpu = bool(llama_cpp.llama_supports_gpu_offload())
+        mparams.n_gpu_layers = 1 << 30 if gpu else 0
+        self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), mparams)
+        if not self.model:
+            raise LlamaLoadError(f"llama.cpp cannot load {gguf.name} of {self.model_dir.name} "
+                                 "(an architecture or tensor type it lacks, or a damaged file)")
+        self.vocab = Vocab(llama_cpp.llama_model_get_vocab(self.model))
+        self.vocab_size = self.vocab.size
+        trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
+        n_seq = min(MAX_SEQUENCES, self.max_batch + CACHE_SEQUENCES)
+        self.capacity = self.max_batch + max(self.prefill_chunk, MIN_PREFILL_SHARE * self.max_batch)
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = self.kv_tokens
+        cparams.n_batch = self.capacity
+        cparams.n_ubatch = min(self.capacity, UBATCH)
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = True
+        cparams.n_threads = cparams.n_threads_batch = self.n_threads
+        cparams.no_perf = True
+        cparams.flash_attn_type = FLASH_ATTN
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise LlamaLoadError(f"llama.cpp cannot make a context of {self.kv_tokens} tokens for {gguf.name}")
+        self.mem = llama_cpp.llama_get_memory(self.ctx)
+        self.kv_tokens = int(llama_cpp.llama_n_ctx(self.ctx))
+        self.model_context = min(trained, self.kv_tokens) if trained > 0 else self.kv_tokens
+        self.max_token_bytes = self.vocab.max_token_bytes()
+        self.kv_token_bytes = kv_token_bytes(self.model)
+        self.sequences = Sequences(n_seq)
+        self.prefix = PrefixCache(n_seq - self.max_batch, self._cache_tokens())
+        self.batch = Batch(self.capacity)
+        self.tokenizer = load_tokenizer(self.model_dir)  # the chat template and output markers
+        size = int(llama_cpp.llama_model_size(self.model))
+        self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads, "
+                     f"{size / 2**20:.0f} MiB weights, KV {self.kv_tokens} tokens")
+
+    def _cache_tokens(self) -> int:
+        """Tokens the prefix cache may keep: its byte budget at this model's KV bytes per token,
+        and never more than half the KV cache (the running rows need the rest)."""
+        return min(self.kv_tokens // 2, self.prefix_cache_bytes // max(1, self.kv_token_bytes))
+
+    def warmup(self) -> None:
+        rounds = warmup.plan(self.max_batch, self.prefill_chunk, gpu=False)
+        took = warmup.run(rounds, self.insert, self.step, self.active, self.next_uid, self.vocab_size)
+        self.trim_cache(0)
+        log.info("warm-up: %s in %.2fs", ", ".join(r.what for r in rounds), took)
+
+    # ---- requests --------------------------------------------------------------------------
+    def encode(self, params: TaskParams) -> list[int]:
+        if params.prompt:
+            return self.vocab.encode(params.prompt, add_special=True)
+        messages, kwargs = template_inputs(params)
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+        bos = getattr(self.tokenizer, "bos_token", None)
+        return self.vocab.encode(str(text), add_special=not (bos and str(text).startswith(bos)))
+
+    def output_format(self) -> OutputFormat:
+        if self._format is None:
+            tok = self.tokenizer
+            self._format = OutputFormat(
+                think=(tok.think_start, tok.think_end) if tok.has_thinking else None,
+                think_start_ids=tuple(tok.think_start_tokens or ()),
+                tools=(tok.tool_call_start, tok.tool_call_end) if tok.has_tool_calling else None,
+                parse_tool=tok.tool_parser)
+        return self._format
+
+    def next_uid(self) -> int:
+        return self.uid_count
+
+    def insert(self, inserts: Sequence[RankInsert]) -> list[int]:
+        cached = []
+        for ins in inserts:
+            if ins.uid != self.uid_count:
+                raise RuntimeError(f"batch uid {self.uid_count} differs from the plan's {ins.uid}")
+            seq = self._take_sequence()
+            prompt = list(ins.prompt)
+            hit = self.prefix.nearest(prompt)
+            done = 0
+            if hit is not None:
+                src, done = hit
+                self._lib().llama_memory_seq_cp(self.mem, src, seq, 0, done)
+            grammar = GrammarMask(self._grammar_tokenizer(), self.vocab_size, ins.grammar) if ins.grammar else None
+            self.rows[ins.uid] = _Row(ins.uid, seq, prompt, ins.max_tokens,
+                                      Sampler(ins.temperature, ins.top_p, ins.top_k, ins.min_p, ins.seed),
+                                      grammar, done)
+            self.uid_count += 1
+            cached.append(done)
+        self.joined += len(inserts)
+        return cached
+
+    def _take_sequence(self) -> int:
+        seq = self.sequences.take()
+        while seq is None and len(self.prefix):
+            self._free(self.prefix.trim(len(self.prefix) - 1))
+            seq = self.sequences.take()
+        if seq is None:
+            raise RuntimeError(f"no free KV sequence for a new request ({len(self.rows)} running)")
+        return seq
+
+    def _free(self, seqs: list[int]) -> None:
+        for seq in seqs:
+            self._lib().llama_memory_seq_rm(self.mem, seq, -1, -1)
+            self.sequences.give(seq)
+
+    def _grammar_tokenizer(self) -> Any:
+        if self._lltokenizer is None:
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+            self._lltokenizer = lltokenizer_from_vocab(self.vocab.vocab)
+        return self._lltokenizer
+
+    def remove(self, uids: Sequence[int]) -> None:
+        for uid in uids:
+            row = self.rows.pop(uid, None)
+            if row is not None:
+                self._free([row.seq])
+
+    def step(self) -> StepOutput:
+        if not self.rows:
+            return StepOutput([], [])
+        batch = self.batch
+        batch.clear()
+        outputs: list[_Row] = []  # rows whose logits this step gives, in batch order
+        for row in self.rows.values():
+            if row.decoding:
+                batch.add([row.output[-1]], len(row.prompt) + len(row.output) - 1, row.seq, True)
+                outputs.append(row)
+        prefilling = [r for r in self.rows.values() if not r.decoding]
+        share = prefill_share(self.prefill_chunk, len(prefilling), self.joined)
+        self.joined = 0
+        progress = []
+        for row in prefilling:
+            take = min(share, len(row.prompt) - row.done, batch.capacity - batch.n)
+            if take <= 0:
+                break
+            last = row.done + take >= len(row.prompt)
+            batch.add(row.prompt[row.done:row.done + take], row.done, row.seq, last)
+            row.done += take
+            progress.append(PromptProgress(row.uid, row.done, len(row.prompt)))
+            if last:
+                outputs.append(row)
+        self._decode()
+        logits = np.ctypeslib.as_array(self._lib().llama_get_logits(self.ctx), shape=(len(outputs), self.vocab_size))
+        tokens = [self._next(row, logits[i]) for i, row in enumerate(outputs)]
+        return StepOutput(progress, tokens)
+
+    def _decode(self) -> None:
+        while (rc := self._lib().llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
+            self._free(self.prefix.trim(len(self.prefix) // 2))  # no room in the KV cache: let the cache go
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed ({rc}): "
+                               + ("the KV cache is full" if rc == 1 else "see the runner's log"))
+
+    def _next(self, row: _Row, raw: np.ndarray) -> TokenOut:
+        values = np.array(raw, dtype=np.float32)
+        if row.grammar is not None:
+            allowed = row.grammar.allowed(row.output[-1] if row.output else None)
+            if allowed is not None:
+                values[~allowed[:len(values)]] = -np.inf
+        token = row.sampler(values)
+        row.output.append(token)
+        finish = ("stop" if self.vocab.is_end(token) else
+                  "length" if len(row.output) >= row.max_tokens else None)
+        if finish is not None:
+            del self.rows[row.uid]
+            held = row.prompt + row.output[:-1]  # the last token was never run
+            self._free(self.prefix.add(row.seq, held))
+        return TokenOut(row.uid, token, Logits(values), finish)
+
+    def active(self) -> int:
+        return len(self.rows)
+
+    # ---- prefix cache ----------------------------------------------------------------------
+    def cache_entries(self) -> int:
+        return len(self.prefix)
+
+    def trim_cache(self, entries: int) -> None:
+        self._free(self.prefix.trim(entries))
+
+    # ---- text ------------------------------------------------------------------------------
+    def detokenizer(self) -> Detokenizer:
+        return PieceDetokenizer(self.vocab)
+
+    def piece(self, token: int) -> str:
+        return self.vocab.piece(token).decode(errors="replace")
+
+    def logprob_of(self, logprobs: Any, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:
+        return top_logprobs(log_softmax(logprobs.values), token, k)
+
+    def peak_memory(self) -> int:
+        import llama_cpp
+
+        return int(llama_cpp.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes
+
+    @staticmethod
+    def _lib() -> Any:
+        import llama_cpp
+
+        return llama_cpp
+
+
+
+def kv_token_bytes(model: Any) -> int:
+    """Bytes of keys and values one token holds in the cache (f16, every layer)."""
+    import llama_cpp
+
+    layers = int(llama_cpp.llama_model_n_layer(model))
+    heads = int(llama_cpp.llama_model_n_head(model)) or 1
+    kv_heads = int(llama_cpp.llama_model_n_head_kv(model)) or heads
+    width = int(llama_cpp.llama_model_n_embd(model)) // heads
+    return 2 * layers * kv_heads * width * 2

@@ -1,0 +1,82 @@
+"""Which KV sequences hold what (pure): the running rows' sequence ids and the prefix cache.
+
+llama.cpp keeps every sequence's keys and values in one unified cache; a finished request's
+sequence is not freed but kept as a prefix-cache entry under the tokens it holds. A new prompt
+that shares a prefix with an entry gets a new sequence that shares those cells
+(`llama_memory_seq_cp`: no copy in a unified cache) and prefills only the rest. Entries are
+evicted least recently used first, by count (the sequence ids are bounded) and by tokens held.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+MIN_REUSE = 8
+"""A shorter shared prefix (a chat template's first tokens) is prefilled again."""
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+class Sequences:
+    """The free sequence ids of a context of `n_seq` (0 .. n_seq - 1), lowest first."""
+
+    def __init__(self, n_seq: int) -> None:
+        self.free = list(range(n_seq - 1, -1, -1))
+
+    def take(self) -> int | None:
+        return self.free.pop() if self.free else None
+
+    def give(self, seq: int) -> None:
+        self.free.append(seq)
+        self.free.sort(reverse=True)
+
+
+class PrefixCache:
+    def __init__(self, max_entries: int, max_tokens: int) -> None:
+        self.max_entries, self.max_tokens = max_entries, max_tokens
+        self.entries: OrderedDict[int, np.ndarray] = OrderedDict()  # seq -> its tokens, oldest first
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def tokens(self) -> int:
+        return sum(len(t) for t in self.entries.values())
+
+    def nearest(self, prompt: list[int]) -> tuple[int, int] | None:
+        """(entry's sequence, usable shared length) of the entry sharing the longest prefix with
+        `prompt`, at least `MIN_REUSE` tokens and always leaving one prompt token to run."""
+        want = np.asarray(prompt, dtype=np.int32)
+        best: tuple[int, int] | None = None
+        for seq, held in self.entries.items():
+            n = min(common_prefix(want, held), len(prompt) - 1)
+            if n >= MIN_REUSE and (best is None or n > best[1]):
+                best = (seq, n)
+        if best is not None:
+            self.entries.move_to_end(best[0])
+        return best
+
+    def add(self, seq: int, tokens: list[int]) -> list[int]:
+        """Keep `seq` under `tokens`; the sequences evicted to make room (to be freed)."""
+        if self.max_entries <= 0 or not tokens or len(tokens) > self.max_tokens:
+            return [seq]
+        self.entries[seq] = np.asarray(tokens, dtype=np.int32)
+        evicted = []
+        while len(self.entries) > self.max_entries or self.tokens() > self.max_tokens:
+            evicted.append(self.entries.popitem(last=False)[0])
+        return evicted
+
+    def trim(self, entries: int) -> list[int]:
+        """Evict down to `entries`; the sequences evicted."""
+        evicted = []
+        while len(self.entries) > max(0, entries):
+            evicted.append(self.entries.popitem(last=False)[0])
+        return evicted
