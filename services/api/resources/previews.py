@@ -14,6 +14,7 @@ from skulk.services.api.resources.models import Catalog
 from skulk.services.api.schema import INTEGER, STRING, Schema, array, enum, map_of, nullable, obj
 from skulk.services.api.state_json import INSTANCE, instance_json
 from skulk.wire.commands import PlaceInstance
+from skulk.wire.models import EngineKind
 
 
 class PreviewsResource:
@@ -48,7 +49,7 @@ class PreviewsResource:
                     ring = tuple(result.node_to_runner)  # what each node's runner will hold
                     kind = next(iter(result.runner_to_shard.values())).kind
                     held = {n: share + drafter_bytes(state, card, state.nodes[n], len(ring))
-                            for n, share in zip(ring, shares(card, ring, state, kind))}
+                            for n, share in zip(ring, shares(card, ring, state, kind, EngineKind(result.engine)))}
                     previews.append({"model_id": card.model_id, "sharding": sharding,
                                      "instance_meta": meta, "instance": instance_json(result),
                                      "memory_delta_by_node": held,

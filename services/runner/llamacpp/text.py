@@ -58,15 +58,20 @@ class Vocab:
 
 class Detokenizer:
     """mlx-lm's streaming detokenizer interface over llama.cpp's pieces: `last_segment` is the
-    text the last `add_token` completed."""
+    text completed since it was last read (`add_token` and `finalize` both add to it)."""
 
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.last_segment = ""
+        self._pending = ""
 
     def add_token(self, token: int) -> None:
-        self.last_segment = self.decoder.decode(self.vocab.piece(token))
+        self._pending += self.decoder.decode(self.vocab.piece(token))
 
     def finalize(self) -> None:
-        self.last_segment = self.decoder.decode(b"", final=True)
+        self._pending += self.decoder.decode(b"", final=True)
+
+    @property
+    def last_segment(self) -> str:
+        text, self._pending = self._pending, ""
+        return text

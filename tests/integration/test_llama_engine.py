@@ -1,0 +1,259 @@
+"""The llama.cpp engine with the real model: a node on a CPU, given no engine, serves the demo
+model's GGUF file through llama.cpp, and its greedy answers are llama.cpp's own on the same file
+(the binding's single-sequence `Llama`, in a subprocess): alone, eight at once, through every
+client shape; stop strings, max_tokens, a JSON schema, a cancelled stream, a stream that joins a
+running batch, a runner killed mid-stream.
+
+llama.cpp's CPU kernels are not batch-invariant: its flash attention takes other code paths for a
+single query over a long cache (split across threads) and for many queries (tiled), and a
+prefix reused from the cache was computed in another batch, so a log-probability moves with the
+batch's shape (by up to 0.25 nats on this model, eight prompts at once against one alone). An
+answer therefore equals llama.cpp's token for token, each log-probability within `TIE` of
+llama.cpp's, up to the first place, if any, where llama.cpp's own two best tokens are within
+`TIE` of each other (a tie the batch's shape may break either way). A wrong position, a row
+reading another row's cache or a skipped token moves logits by whole nats, not by this."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration import batch_clients as bc
+from tests.integration.conftest import REAL_DIR
+from tests.integration.serving import http_json, sse_events, wait_model_ready
+
+REAL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+N = 24
+TIE = 0.3
+PROMPTS = [
+    "What is the capital of France? Answer in one sentence.",
+    "Write a haiku about the sea.",
+    "List three primary colors.",
+    "What is 12 plus 30?",
+    "Translate 'good morning' into Spanish.",
+    "Give me one tip for sleeping better.",
+    "Explain in one sentence what a CPU does.",
+    "Name a famous play by William Shakespeare.",
+]
+
+
+def llama_reference(model_dir: Path, prompts: list[str], n: int, raw: bool = False) -> list[dict[str, Any]]:
+    out = subprocess.run([sys.executable, "-m", "tests.integration.reference_llama", str(model_dir / "model.gguf"),
+                          str(n), json.dumps(prompts), *(["--raw"] if raw else [])],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def reference(real_model: Path) -> list[dict[str, Any]]:
+    return llama_reference(real_model, PROMPTS, N)
+
+
+@pytest.fixture(scope="module")
+def llama_node(module_nodes, real_model):
+    node = module_nodes("llama", args=("--place", REAL), models={REAL_DIR: real_model})
+    wait_model_ready(node, timeout=180)
+    return node
+
+
+def disagreement(text: str, ref: dict[str, Any], reply: dict[str, Any] | None = None) -> str:
+    """"" when `text` is llama.cpp's answer, or differs from it only after a near-tie (and, given
+    the reply with its logprobs, each token's log-probability is within `TIE` of llama.cpp's)."""
+    if reply is not None:
+        for k, (step, (piece, logprob, _margin)) in enumerate(zip(reply["choices"][0]["logprobs"]["content"],
+                                                                   ref["tokens"])):
+            if step["token"] != piece:
+                break
+            if abs(step["logprob"] - logprob) > TIE:
+                return f"token {k} {piece!r}: logprob {step['logprob']:.3f}, llama.cpp's {logprob:.3f}"
+    if text == ref["text"]:
+        return ""
+    at = next((i for i, (a, b) in enumerate(zip(text, ref["text"])) if a != b), min(len(text), len(ref["text"])))
+    seen = 0
+    for k, (piece, _logprob, margin) in enumerate(ref["tokens"]):
+        seen += len(piece)
+        if seen > at:
+            if margin < TIE:
+                return ""
+            return (f"differs at character {at} (reference token {k} {piece!r}, its lead {margin:.3f} nats): "
+                    f"{text!r} vs {ref['text']!r}")
+    return f"{text!r} vs {ref['text']!r}"
+
+
+def ask(prompt: str, **extra: Any) -> dict[str, Any]:
+    return {"model": REAL, "max_tokens": N, "temperature": 0, "messages": [{"role": "user", "content": prompt}],
+            **extra}
+
+
+def content(reply: dict[str, Any]) -> str:
+    return reply["choices"][0]["message"]["content"]
+
+
+def test_a_cpu_node_serves_the_gguf_through_llama_cpp_and_says_so(llama_node, real_model):
+    _, state = http_json(f"{llama_node.url}/state")
+    (inst,) = state["instances"].values()
+    assert inst["MlxRingInstance"]["engine"] == "llama_cpp"
+    (runner,) = state["runners"].values()
+    assert runner["RunnerReady"]["enginePath"].startswith("llama.cpp CPU"), runner
+    (node_id,) = state["nodeSystem"]
+    assert "llama_cpp" in state["nodeSystem"][node_id]["engines"]
+    _, models = http_json(f"{llama_node.url}/v1/models")
+    entry = next(m for m in models["data"] if m["id"] == REAL)
+    assert entry["engines"] == ["mlx", "llama_cpp"] and entry["serving_engines"] == ["llama_cpp"]
+    previews = http_json(f"{llama_node.url}/instance/previews?model_id={REAL}")[1]["previews"]
+    one = next(p for p in previews if not p["error"] and len(p["memory_delta_by_node"]) == 1)
+    (held,) = one["memory_delta_by_node"].values()
+    gguf = (real_model / "model.gguf").stat().st_size
+    assert held == gguf, (held, gguf)  # the file as stored, not a 538 MB fp32 copy
+    assert (real_model / "model.gguf").stat().st_ino == (real_model.parent.parent / "cache" / "packages" /
+                                                         "SmolLM2-135M-Instruct.Q4_1.gguf").stat().st_ino
+
+
+def test_each_answer_is_llama_cpps_own(llama_node, reference):
+    for prompt, ref in zip(PROMPTS, reference):
+        status, reply = bc.complete(llama_node.url, ask(prompt, logprobs=True))
+        assert status == 200, reply
+        assert disagreement(content(reply), ref, reply) == "", prompt
+        if content(reply) == ref["text"]:  # the end-of-turn token is counted here, not in llama.cpp's list
+            eos = reply["choices"][0]["finish_reason"] == "stop"
+            assert reply["usage"]["completion_tokens"] == len(ref["tokens"]) + eos
+        print(f"{prompt!r} -> {content(reply)!r}")
+    assert "Paris" in reference[0]["text"]
+
+
+def test_the_eight_prompts_at_once_give_llama_cpps_answers(llama_node, reference):
+    together = bc.all_at_once(llama_node.url, [ask(p, logprobs=True) for p in PROMPTS])
+    same = 0
+    for prompt, ref, (status, reply) in zip(PROMPTS, reference, together):
+        assert status == 200, reply
+        assert disagreement(content(reply), ref, reply) == "", prompt
+        same += content(reply) == ref["text"]
+    print(f"8 at once: {same} of 8 answers identical, the rest part at a near-tie")
+
+
+def test_every_client_shape_gets_the_same_text(llama_node, reference):
+    prompt, ref = PROMPTS[0], reference[0]
+    user = [{"role": "user", "content": prompt}]
+    conn = http.client.HTTPConnection("127.0.0.1", llama_node.api_port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps({**ask(prompt), "stream": True}),
+                 {"Content-Type": "application/json"})
+    streamed = "".join(p["choices"][0]["delta"].get("content") or "" for kind, p in sse_events(conn.getresponse())
+                       if kind == "data" and p != "[DONE]" and p.get("choices"))
+    conn.close()
+    assert disagreement(streamed, ref) == ""
+    status, msg = http_json(f"{llama_node.url}/v1/messages", {"model": REAL, "max_tokens": N, "temperature": 0,
+                                                              "messages": user})
+    assert status == 200, msg
+    assert disagreement("".join(b["text"] for b in msg["content"] if b["type"] == "text"), ref) == ""
+    status, resp = http_json(f"{llama_node.url}/v1/responses", {"model": REAL, "max_output_tokens": N,
+                                                                "temperature": 0, "input": prompt})
+    assert status == 200, resp
+    assert disagreement("".join(c["text"] for o in resp["output"] if o["type"] == "message"
+                                for c in o["content"]), ref) == ""
+    status, chat = http_json(f"{llama_node.url}/api/chat", {"model": REAL, "stream": False, "messages": user,
+                                                            "options": {"temperature": 0, "num_predict": N}})
+    assert status == 200 and disagreement(chat["message"]["content"], ref) == "", chat
+
+
+def test_legacy_completions_of_a_raw_prompt_are_llama_cpps(llama_node, real_model):
+    raw = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
+    for prompt, ref in zip(raw, llama_reference(real_model, raw, 16, raw=True)):
+        status, reply = http_json(f"{llama_node.url}/v1/completions", {"model": REAL, "prompt": prompt,
+                                                                        "max_tokens": 16, "temperature": 0})
+        assert status == 200, reply
+        assert disagreement(reply["choices"][0]["text"], ref) == "", prompt
+
+
+def test_max_tokens_stop_strings_and_logprobs(llama_node, reference):
+    ref = reference[6]  # 'Explain in one sentence what a CPU does.'
+    status, cut = bc.complete(llama_node.url, {**ask(PROMPTS[6]), "max_tokens": 5, "logprobs": True,
+                                               "top_logprobs": 2})
+    assert status == 200 and cut["choices"][0]["finish_reason"] == "length"
+    assert cut["usage"]["completion_tokens"] == 5
+    assert ref["text"].startswith(content(cut)) or disagreement(content(cut), ref) == ""
+    steps = cut["choices"][0]["logprobs"]["content"]
+    assert len(steps) == 5 and all(len(s["top_logprobs"]) == 2 for s in steps)
+    for step, (piece, logprob, _margin) in zip(steps, ref["tokens"]):
+        assert step["token"] == piece and step["logprob"] == pytest.approx(logprob, abs=0.05)
+    words = ref["text"].split()
+    stop = " " + words[len(words) // 2]
+    status, stopped = bc.complete(llama_node.url, {**ask(PROMPTS[6]), "stop": [stop]})
+    assert status == 200 and stopped["choices"][0]["finish_reason"] == "stop"
+    assert stop not in content(stopped) and ref["text"].startswith(content(stopped))
+
+
+def test_a_json_schema_gives_valid_json(llama_node):
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+              "required": ["city", "country"], "additionalProperties": False}
+    status, reply = bc.complete(llama_node.url, {
+        **ask("What is the capital of France? Answer in JSON with the city and the country."), "max_tokens": 60,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "capital", "schema": schema}}})
+    assert status == 200, reply
+    answer = json.loads(content(reply))
+    jsonschema.validate(answer, schema)
+    print(f"schema-constrained answer: {answer}")
+
+
+def test_a_stream_joins_a_running_batch_and_a_cancelled_one_leaves_it(llama_node, reference):
+    results: dict[str, Any] = {}
+
+    def long_one() -> None:
+        results["long"] = bc.complete(llama_node.url, ask("Tell me a long story about a dragon.", max_tokens=200))
+
+    runner = threading.Thread(target=long_one)
+    runner.start()
+    conn = http.client.HTTPConnection("127.0.0.1", llama_node.api_port, timeout=60)  # a stream to cancel
+    conn.request("POST", "/v1/chat/completions", json.dumps(ask("Count from one to a thousand.", max_tokens=1000,
+                                                                stream=True)), {"Content-Type": "application/json"})
+    seen = 0
+    for kind, payload in sse_events(conn.getresponse()):
+        if kind == "data" and isinstance(payload, dict) and payload.get("choices"):
+            seen += 1
+            if seen == 3:
+                break
+    conn.close()  # the client goes away mid-batch
+    status, joined = bc.complete(llama_node.url, ask(PROMPTS[3]))  # joins while the long one decodes
+    runner.join(120)
+    assert status == 200 and disagreement(content(joined), reference[3]) == ""
+    assert results["long"][0] == 200 and results["long"][1]["usage"]["completion_tokens"] > 24
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the cancelled row is out of the batch: nothing runs
+        _, clusters = http_json(f"{llama_node.url}/admin/clusters")
+        active = [p["activeRequests"] for c in clusters["clusters"] for p in c["pools"]]
+        if active == [0]:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the runner still holds requests: {active}")
+
+
+def test_a_runner_killed_mid_stream_ends_the_stream_with_an_error(llama_node):
+    pid = next(s.pid for name, s in llama_node.status().items() if name.startswith("runner-"))
+    conn = http.client.HTTPConnection("127.0.0.1", llama_node.api_port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(ask("Count from one to a thousand.", max_tokens=1000,
+                                                                stream=True)), {"Content-Type": "application/json"})
+    killed = False
+    for kind, payload in sse_events(conn.getresponse()):
+        if not killed and kind == "data" and isinstance(payload, dict) and payload.get("choices"):
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+        if kind == "data" and isinstance(payload, dict) and "error" in payload:
+            break
+    else:
+        pytest.fail("the stream ended without an error event")
+    assert payload["error"]["code"] == 500
+    wait_model_ready(llama_node, timeout=120)  # re-created, on llama.cpp again
+    status, reply = bc.complete(llama_node.url, ask(PROMPTS[0]))
+    assert status == 200
