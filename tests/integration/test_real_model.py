@@ -132,7 +132,7 @@ def test_a_truncated_or_foreign_file_is_refused_at_once_and_leaves_nothing(real_
         assert (out.returncode == 1
                 and f"local/{bad.stem}: {bad.name}: not a GGUF file mlx can read" in out.stderr), out.stderr
     assert [p.name for p in (home / "models").iterdir() if not p.name.startswith(".")] == []
-    assert not any((home / "models" / ".partial").iterdir())
+    assert not (home / "models" / ".partial").exists()  # nothing left, not even the work root
     again = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(gguf), "--id", REAL,
                             "--store-path", str(real_model.parent)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "already in" in again.stderr  # a duplicate id: refused, the model kept
@@ -156,7 +156,7 @@ def test_the_api_imports_a_gguf_file_on_the_node_and_refuses_bad_ones_cleanly(re
             ({}, 400, "`path` is required")):
         got, reply = http_json(f"{real_node.url}/models/add", body)
         assert got == status and needle in reply["error"]["message"], (body, reply)
-    assert listed() == before and not any((models / ".partial").iterdir())  # nothing half-written left
+    assert listed() == before and not (models / ".partial").exists()  # nothing half-written left
 
     got, entry = http_json(f"{real_node.url}/models/add", {"path": str(gguf.parent), "model_id": "test/smol-api"})
     assert got == 200 and entry["id"] == "test/smol-api" and entry["family"] == "llama", entry

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from skulk.services.runner.llamacpp.prefix import MIN_REUSE, PrefixCache, Sequences, common_prefix
-from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, top_logprobs
+from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, nucleus, top_logprobs
 
 
 def test_common_prefix():
@@ -55,3 +55,13 @@ def test_top_logprobs_are_normalised_and_best_first():
     assert abs(float(np.exp(lp).sum()) - 1.0) < 1e-5
     mine, top = top_logprobs(lp, 0, 2)
     assert [t for t, _ in top] == [2, 1] and mine == float(lp[0])
+
+
+def test_the_nucleus_is_the_smallest_set_reaching_top_p_sharp_or_flat():
+    rng = np.random.default_rng(0)
+    for scale in (8.0, 0.01):  # a sharp distribution, and one so flat the first candidates do not reach it
+        lp = log_softmax((rng.standard_normal(50_000) * scale).astype(np.float32))
+        mask = nucleus(lp, 0.9)
+        order = np.argsort(-lp)
+        want = int(np.searchsorted(np.cumsum(np.exp(lp[order])), 0.9)) + 1
+        assert mask.sum() == want and mask[order[:want]].all()

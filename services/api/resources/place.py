@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import falcon
 
+from skulk.cluster.engines import AUTO
 from skulk.cluster.replica import StateReplica
 from skulk.services.api.gateway import Gateway, MasterUnavailable
 from skulk.services.api.resources.common import http_error, json_body
@@ -16,7 +17,9 @@ from skulk.services.api.resources.models import Catalog
 from skulk.services.api.schema import INTEGER, STRING, TEXT, Schema, array, enum, obj
 from skulk.services.api.state_json import CARD, card_json
 from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Reply
+from skulk.wire.models import EngineKind
 
+ENGINES = (AUTO, *(e.value for e in EngineKind))
 MAX_NODES = 1024
 """More nodes than any cluster we serve: a larger `min_nodes` is a typo, refused by name."""
 
@@ -38,10 +41,13 @@ class PlaceResource:
             raise http_error(400, "excluded_nodes must be a list of node ids")
         if isinstance(min_nodes, bool) or not isinstance(min_nodes, int) or not 1 <= min_nodes <= MAX_NODES:
             raise http_error(400, f"min_nodes must be an integer between 1 and {MAX_NODES}")
+        engine = body.get("engine", AUTO)
+        if engine not in ENGINES:
+            raise http_error(400, f"engine must be one of {', '.join(ENGINES)}")
         cmd = PlaceInstance(command_id=uuid.uuid4().hex, card=card,
                             sharding=str(body.get("sharding", "Pipeline")),
                             instance_meta=str(body.get("instance_meta", "MlxRing")),
-                            min_nodes=min_nodes, excluded_nodes=tuple(excluded))
+                            min_nodes=min_nodes, excluded_nodes=tuple(excluded), engine=engine)
         reply = self._place(cmd)
         resp.media = {"message": "Command received.", "command_id": cmd.command_id,
                       "model_card": card_json(card), "instance_id": getattr(reply, "instance_id", "")}
@@ -82,5 +88,6 @@ FORMING_S = 15.0
 
 PLACE_REQUEST: Schema = obj({"model_id": TEXT},
                             {"sharding": enum("Pipeline", "Tensor"), "instance_meta": enum("MlxRing", "MlxJaccl"),
-                             "min_nodes": INTEGER, "excluded_nodes": array(STRING)})
+                             "min_nodes": INTEGER, "excluded_nodes": array(STRING),
+                             "engine": enum(*ENGINES)})
 PLACED: Schema = obj({"message": STRING, "command_id": STRING, "model_card": CARD, "instance_id": STRING})
