@@ -57,9 +57,11 @@ class StepOutput:
 
 
 class Detokenizer(Protocol):
-    """mlx-lm's streaming detokenizer interface (one per request)."""
+    """mlx-lm's streaming detokenizer interface (one per request): `last_segment` is the text
+    completed since it was last read."""
 
-    last_segment: str
+    @property
+    def last_segment(self) -> str: ...
 
     def add_token(self, token: int) -> None: ...
 
