@@ -57,6 +57,20 @@ def prefill_share(budget: int, prefilling: int, joined: int = 0) -> int:
     return max(MIN_PREFILL_SHARE, budget // max(1, prefilling))
 
 
+def prefill_in_order(budget: int, remaining: list[int]) -> list[int]:
+    """Prompt tokens each prefilling request gets this step, first come first served: the oldest
+    takes what it still needs of `budget`, the next the rest, and so on. Where each step costs
+    what its tokens cost (llama.cpp on a CPU: its kernels are compute-bound, a shared step is no
+    cheaper than the same tokens in order), serving prompts in order brings the first answers
+    sooner at no cost to the last (8 prompts at once: TTFT p50 about half the shared prefill's)."""
+    shares = []
+    for need in remaining:
+        take = max(0, min(need, budget))
+        shares.append(take)
+        budget -= take
+    return shares
+
+
 def context_limit(instance_limit: int, model_limit: int) -> int:
     """The usable context in tokens: the smaller of the instance's (memory) and the model's
     own; 0 where neither is known."""

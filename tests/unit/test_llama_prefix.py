@@ -65,3 +65,11 @@ def test_the_nucleus_is_the_smallest_set_reaching_top_p_sharp_or_flat():
         order = np.argsort(-lp)
         want = int(np.searchsorted(np.cumsum(np.exp(lp[order])), 0.9)) + 1
         assert mask.sum() == want and mask[order[:want]].all()
+
+
+def test_prompts_prefill_oldest_first_within_the_steps_budget():
+    from skulk.services.runner.scheduler import prefill_in_order
+
+    assert prefill_in_order(256, [156, 156, 154]) == [156, 100, 0]
+    assert prefill_in_order(256, [56, 156, 154]) == [56, 156, 44]
+    assert prefill_in_order(256, [10, 0, 5]) == [10, 0, 5] and prefill_in_order(0, [3]) == [0]

@@ -3,9 +3,9 @@
 llama.cpp computes; everything around the model's step is the runner's, as with MLX: one
 `llama_context` whose unified KV cache holds a sequence per running request and per prefix-cache
 entry (`prefix.py`), and each `step()` is one `llama_decode` of one batch: the next token of
-every decoding row plus up to `prefill_chunk` prompt tokens shared by the rows still
-prefilling (`scheduler.prefill_share`), so requests join and leave between any two steps and a
-long prompt goes in by chunks while the others decode. Tokens are sampled here (`sample.py`;
+every decoding row plus up to `prefill_chunk` prompt tokens for the rows still prefilling,
+oldest first (`scheduler.prefill_in_order`), so requests join and leave between any two steps
+and a long prompt goes in by chunks while the others decode. Tokens are sampled here (`sample.py`;
 greedy is llama.cpp's own arg-max), grammars mask logits (`grammar.py`), and the prompt is the
 chat template's text tokenized by llama.cpp itself (`text.py`), so a greedy answer is token for
 token what llama.cpp gives on the same file.
@@ -35,7 +35,7 @@ from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, top_logp
 from skulk.services.runner.llamacpp.text import Detokenizer as PieceDetokenizer
 from skulk.services.runner.llamacpp.text import Vocab
 from skulk.services.runner.prompt import template_inputs
-from skulk.services.runner.scheduler import MIN_PREFILL_SHARE, prefill_share
+from skulk.services.runner.scheduler import prefill_in_order
 from skulk.wire.inference import RankInsert
 from skulk.wire.models import GGUF_FILE
 
@@ -99,7 +99,6 @@ class LlamaCppEngine:
         self.speculation = ""
         self.rows: dict[int, _Row] = {}
         self.uid_count = 0
-        self.joined = 0
         self._lltokenizer: Any = None
         self._format: OutputFormat | None = None
 
@@ -123,7 +122,7 @@ class LlamaCppEngine:
         self.vocab_size = self.vocab.size
         trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
         n_seq = min(MAX_SEQUENCES, self.max_batch + CACHE_SEQUENCES)
-        self.capacity = self.max_batch + max(self.prefill_chunk, MIN_PREFILL_SHARE * self.max_batch)
+        self.capacity = self.max_batch + self.prefill_chunk  # every decoding row's token and one chunk
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = self.kv_tokens
         cparams.n_batch = self.capacity
@@ -200,7 +199,6 @@ class LlamaCppEngine:
                                       grammar, done)
             self.uid_count += 1
             cached.append(done)
-        self.joined += len(inserts)
         return cached
 
     def _take_sequence(self) -> int:
@@ -240,12 +238,11 @@ class LlamaCppEngine:
             if row.decoding:
                 batch.add([row.output[-1]], len(row.prompt) + len(row.output) - 1, row.seq, True)
                 outputs.append(row)
-        prefilling = [r for r in self.rows.values() if not r.decoding]
-        share = prefill_share(self.prefill_chunk, len(prefilling), self.joined)
-        self.joined = 0
+        prefilling = [r for r in self.rows.values() if not r.decoding]  # oldest first (insertion order)
+        takes = prefill_in_order(min(self.prefill_chunk, batch.capacity - batch.n),
+                                 [len(r.prompt) - r.done for r in prefilling])
         progress = []
-        for row in prefilling:
-            take = min(share, len(row.prompt) - row.done, batch.capacity - batch.n)
+        for row, take in zip(prefilling, takes):
             if take <= 0:
                 break
             last = row.done + take >= len(row.prompt)
