@@ -28,6 +28,11 @@ class Refused:
     reason: str
 
 
+def kind_of(name: str) -> EngineKind:
+    """An instance's engine as a kind (one a newer node named and this one does not know counts as MLX)."""
+    return EngineKind(name) if name in EngineKind._value2member_map_ else EngineKind.MLX
+
+
 def node_engines(node: NodeInfo) -> tuple[str, ...]:
     """The engines a node has (a node from before engines were reported has MLX only)."""
     return node.engines or (EngineKind.MLX.value,)

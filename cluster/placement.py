@@ -86,7 +86,7 @@ def room(state: State, node_id: str) -> int:
         runner = inst.node_to_runner.get(node_id)
         if runner is None or runner not in inst.runner_to_shard:
             continue
-        shard, whole = inst.runner_to_shard[runner], held(inst.card, node, EngineKind(inst.engine))
+        shard, whole = inst.runner_to_shard[runner], held(inst.card, node, engines.kind_of(inst.engine))
         placed += (whole * (shard.end_layer - shard.start_layer) // max(1, shard.n_layers)
                    if shard.kind == "Pipeline" else whole // max(1, shard.world_size))
     return max(0, usable(node) - placed)
@@ -128,10 +128,11 @@ def shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str,
     return [int(held(card, node, engine) * r / total) for node, r in zip(nodes, rooms)]
 
 
-def drafter_bytes(state: State, card: ModelCard, node: NodeInfo, width: int) -> int:
+def drafter_bytes(state: State, card: ModelCard, node: NodeInfo, width: int,
+                  engine: EngineKind = EngineKind.MLX) -> int:
     """What the drafter the card names adds on a one-node instance (sharded ones do not
     speculate), where the catalog knows it."""
-    if not card.drafter or width != 1:
+    if not card.drafter or width != 1 or engine is not EngineKind.MLX:  # llama.cpp does not speculate
         return 0
     drafter = cards_of(state.catalog).get(card.drafter)
     return held(drafter, node) if drafter is not None else 0
@@ -144,7 +145,7 @@ def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str,
     for node_id, share in zip(ring, shares(card, ring, state, sharding, engine)):
         node = state.nodes[node_id]
         whole = held(card, node, engine)
-        need = required(share, whole, kv) + int(drafter_bytes(state, card, node, len(ring)) * OVERHEAD)
+        need = required(share, whole, kv) + int(drafter_bytes(state, card, node, len(ring), engine) * OVERHEAD)
         can = room(state, node_id)
         if need > can:
             kv_share = kv * share / whole if whole else 0

@@ -23,8 +23,9 @@ def installed() -> tuple[str, ...]:
 
 
 def engines_here(configured: str = "auto") -> tuple[str, ...]:
-    """What this node offers: every engine installed, or the one `runner.engine` names (even
-    when it is not installed: placement then says so rather than falling back)."""
+    """What this node offers: every engine installed, or the one `runner.engine` names; where
+    that one is not installed, nothing it could run (placement then says it is not available
+    here rather than falling back to another)."""
     if configured in ("", "auto"):
         return installed()
-    return (configured,)
+    return (configured,) if configured in installed() else (f"{configured} (not installed)",)

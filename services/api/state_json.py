@@ -188,7 +188,7 @@ def model_entry(card: ModelCard, serving: list[str] | None = None) -> dict[str, 
 MEMORY: Schema = obj({"inBytes": INTEGER})
 CARD: Schema = obj({"modelId": STRING, "storageSize": MEMORY, "nLayers": INTEGER, "hiddenSize": INTEGER,
                     "supportsTensor": BOOLEAN, "tasks": array(STRING), "family": STRING,
-                    "quantization": STRING, "contextLength": INTEGER})
+                    "quantization": STRING, "contextLength": INTEGER}, {"engines": array(STRING)})
 INSTANCE: Schema = tagged(r"^[A-Za-z]+Instance$", obj({
     "instanceId": STRING, "contextTokenLimit": INTEGER, "engine": STRING,
     "shardAssignments": obj({"modelId": STRING, "nodeToRunner": map_of(STRING),

@@ -77,7 +77,15 @@ def test_an_engine_asked_for_is_given_or_refused_with_the_reason():
 
 def test_a_node_offers_what_is_installed_or_what_its_config_names():
     assert MLX.value in engines_here("auto")
-    assert engines_here("mlx") == (MLX.value,) and engines_here("llama_cpp") == (LLAMA.value,)
+    assert engines_here("mlx") == (MLX.value,)
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is not None:  # make setup builds it: the usual case
+        assert engines_here("llama_cpp") == (LLAMA.value,)
+    refused = choose(CARD, [node("a", engines=("llama_cpp (not installed)",))], LLAMA.value)
+    assert isinstance(refused, Refused) and "not available on box-a" in refused.reason
+    assert choose(CARD, [node("a", engines=("llama_cpp (not installed)",))]) == Refused(
+        "no engine runs o/m (mlx, llama_cpp) on [box-a] (box-a has llama_cpp (not installed))")
 
 
 def test_llama_cpp_holds_the_gguf_file_not_an_fp32_copy():

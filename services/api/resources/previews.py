@@ -7,6 +7,7 @@ from typing import Any
 
 import falcon
 
+from skulk.cluster.engines import kind_of
 from skulk.cluster.placement import PlacementError, drafter_bytes, place, shares
 from skulk.cluster.replica import StateReplica
 from skulk.services.api.resources.common import state_or_503
@@ -14,7 +15,6 @@ from skulk.services.api.resources.models import Catalog
 from skulk.services.api.schema import INTEGER, STRING, Schema, array, enum, map_of, nullable, obj
 from skulk.services.api.state_json import INSTANCE, instance_json
 from skulk.wire.commands import PlaceInstance
-from skulk.wire.models import EngineKind
 
 
 class PreviewsResource:
@@ -48,8 +48,9 @@ class PreviewsResource:
                     seen.add(key)
                     ring = tuple(result.node_to_runner)  # what each node's runner will hold
                     kind = next(iter(result.runner_to_shard.values())).kind
-                    held = {n: share + drafter_bytes(state, card, state.nodes[n], len(ring))
-                            for n, share in zip(ring, shares(card, ring, state, kind, EngineKind(result.engine)))}
+                    engine = kind_of(result.engine)
+                    held = {n: share + drafter_bytes(state, card, state.nodes[n], len(ring), engine)
+                            for n, share in zip(ring, shares(card, ring, state, kind, engine))}
                     previews.append({"model_id": card.model_id, "sharding": sharding,
                                      "instance_meta": meta, "instance": instance_json(result),
                                      "memory_delta_by_node": held,

@@ -48,7 +48,7 @@ CACHE_SEQUENCES = 8
 """Prefix-cache entries kept beside the running rows (each holds a sequence id)."""
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 UBATCH = 512
-FLASH_ATTN = int(os.environ.get("FA", "1"))
+FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick on a CPU
 
 
 class LlamaLoadError(RuntimeError):
@@ -121,7 +121,11 @@ class LlamaCppEngine:
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(self.model))
         self.vocab_size = self.vocab.size
         trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
+        if self.max_batch >= MAX_SEQUENCES:
+            raise LlamaLoadError(f"runner.max_batch {self.max_batch}: llama.cpp holds at most {MAX_SEQUENCES - 1} "
+                                 "requests at once")
         n_seq = min(MAX_SEQUENCES, self.max_batch + CACHE_SEQUENCES)
+        self.prefill_chunk = min(self.prefill_chunk, self.kv_tokens // 2)  # a step never outgrows the cache
         self.capacity = self.max_batch + self.prefill_chunk  # every decoding row's token and one chunk
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = self.kv_tokens
@@ -182,24 +186,26 @@ class LlamaCppEngine:
         return self.uid_count
 
     def insert(self, inserts: Sequence[RankInsert]) -> list[int]:
-        cached = []
-        for ins in inserts:
-            if ins.uid != self.uid_count:
-                raise RuntimeError(f"batch uid {self.uid_count} differs from the plan's {ins.uid}")
-            seq = self._take_sequence()
-            prompt = list(ins.prompt)
-            hit = self.prefix.nearest(prompt)
-            done = 0
-            if hit is not None:
-                src, done = hit
-                self._lib().llama_memory_seq_cp(self.mem, src, seq, 0, done)
-            grammar = GrammarMask(self._grammar_tokenizer(), self.vocab_size, ins.grammar) if ins.grammar else None
-            self.rows[ins.uid] = _Row(ins.uid, seq, prompt, ins.max_tokens,
-                                      Sampler(ins.temperature, ins.top_p, ins.top_k, ins.min_p, ins.seed),
-                                      grammar, done)
-            self.uid_count += 1
-            cached.append(done)
-        return cached
+        """All of `inserts` join, or none (the batcher fails them all on an error)."""
+        added: list[_Row] = []
+        try:
+            for i, ins in enumerate(inserts):
+                if ins.uid != self.uid_count + i:
+                    raise RuntimeError(f"batch uid {self.uid_count + i} differs from the plan's {ins.uid}")
+                grammar = GrammarMask(self._grammar_tokenizer(), self.vocab_size, ins.grammar) if ins.grammar else None
+                sampler = Sampler(ins.temperature, ins.top_p, ins.top_k, ins.min_p, ins.seed)
+                row = _Row(ins.uid, self._take_sequence(), list(ins.prompt), ins.max_tokens, sampler, grammar, 0)
+                added.append(row)
+                if (hit := self.prefix.nearest(row.prompt)) is not None:
+                    src, row.done = hit
+                    self._lib().llama_memory_seq_cp(self.mem, src, row.seq, 0, row.done)
+        except Exception:
+            self._free([row.seq for row in added])
+            raise
+        for row in added:
+            self.rows[row.uid] = row
+        self.uid_count += len(added)
+        return [row.done for row in added]
 
     def _take_sequence(self) -> int:
         seq = self.sequences.take()
