@@ -68,6 +68,7 @@ class NodeConfig:
     prefix_cache_mb: int = 512
     quantized: str = "auto"  # a quantized model on a GPU: auto (the faster of it and bf16) | keep | dequantize
     engine: str = "auto"  # the engines this node's runners may use: auto (every one installed) | mlx | llama_cpp
+    threads: int = 0  # llama.cpp's compute threads per runner (0: one per core it may run on)
     spec_mode: str = ""  # speculative decoding: off | prompt_lookup | drafter ("": as the model's card says)
     spec_drafter: str = ""  # drafter mode: the drafter's model id ("": the one the model's card names)
     spec_draft_tokens: int = 4
@@ -123,7 +124,7 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
                "recreate_backoff_s": ("recreate_backoff_s", float),
                "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
                "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int),
-               "quantized": ("quantized", str), "engine": ("engine", str)},
+               "quantized": ("quantized", str), "engine": ("engine", str), "threads": ("threads", int)},
     "speculative": {"mode": ("spec_mode", str), "num_draft_tokens": ("spec_draft_tokens", int),
                     "max_streams": ("spec_max_streams", int), "drafter": ("spec_drafter", str)},
     "tracing": {"retention_days": ("trace_retention_days", float), "enabled": ("tracing_enabled", bool)},
@@ -320,6 +321,8 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("runner.prefill_chunk must be in 16..65536 and runner.prefix_cache_mb in 0..1048576")
     if cfg.quantized not in ("auto", "keep", "dequantize"):
         raise ConfigError(f"runner.quantized must be auto, keep or dequantize, not {cfg.quantized!r}")
+    if not 0 <= cfg.threads <= 1024:
+        raise ConfigError("runner.threads must be in 0..1024 (0: one per core)")
     if cfg.engine not in ("auto", "mlx", "llama_cpp"):
         raise ConfigError(f"runner.engine must be auto, mlx or llama_cpp, not {cfg.engine!r}")
     if cfg.spec_mode not in ("", "off", "prompt_lookup", "drafter"):

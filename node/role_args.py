@@ -158,6 +158,7 @@ class RunnerSettings(Argv):
     spec_draft_tokens: int = 4
     spec_max_streams: int = 1
     spec_drafter: str = ""
+    threads: int = 0  # llama.cpp's compute threads (0: one per core)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -265,7 +265,7 @@ def make_engine(args: RunnerArgs, ring: Ring | None) -> Engine:
         from skulk.services.runner.llamacpp.engine import LlamaCppEngine
 
         return LlamaCppEngine(place.model_dir, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
-                              prefix_cache_bytes=settings.prefix_cache_mb << 20)
+                              prefix_cache_bytes=settings.prefix_cache_mb << 20, n_threads=settings.threads)
     return MlxBatchEngine(
         place.model_dir, ring, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
         prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized),

@@ -61,7 +61,10 @@ def reference(real_model: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def llama_node(module_nodes, real_model):
-    node = module_nodes("llama", args=("--place", REAL), models={REAL_DIR: real_model})
+    # Beside another test file (pytest-xdist) one compute thread: two would fight that file for both cores.
+    threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
+    node = module_nodes("llama", args=("--place", REAL), models={REAL_DIR: real_model},
+                        config={"runner": {"threads": threads}})
     wait_model_ready(node, timeout=180)
     return node
 
