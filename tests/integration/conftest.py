@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.integration.harness import Node, start_node
+from tests.integration.real_model import REAL_DIR
 
 DEMO_DIR = "skulk--demo-tiny"
 
@@ -23,7 +24,6 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "models" / DEMO_DIR
 
 
-REAL_DIR = "HuggingFaceTB--SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="session")

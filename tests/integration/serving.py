@@ -51,3 +51,16 @@ def sse_events(resp: Any) -> Any:
             buf = b""
             continue
         buf += line
+
+
+def abandon_after(conn: Any, path: str, body: dict[str, Any], chunks: int) -> None:
+    """Start a streamed request on `conn`, read `chunks` content chunks, then go away (the client
+    disconnects mid-stream: its row must leave the batch)."""
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    seen = 0
+    for kind, payload in sse_events(conn.getresponse()):
+        if kind == "data" and isinstance(payload, dict) and payload.get("choices"):
+            seen += 1
+            if seen == chunks:
+                break
+    conn.close()

@@ -14,7 +14,7 @@ import pytest
 from tests.integration.batch_clients import all_at_once, body, compare, complete, max_logprob_gap, prompt, tokens_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.patience import patience
-from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
+from tests.integration.serving import MODEL, abandon_after, http_json, sse_events, wait_model_ready
 from tools.stream_load import StreamLoad, chat_body, summary
 
 LOGPROB_TOL = 2e-3
@@ -77,15 +77,7 @@ def test_a_cancelled_request_leaves_the_others_tokens_unchanged(serving):
     for t in threads:
         t.start()
     conn = http.client.HTTPConnection("127.0.0.1", serving.api_port, timeout=30)
-    conn.request("POST", "/v1/chat/completions", json.dumps(chat_body(MODEL, prompt(99), 1500)),
-                 {"Content-Type": "application/json"})
-    seen = 0
-    for kind, payload in sse_events(conn.getresponse()):
-        if kind == "data" and isinstance(payload, dict) and payload.get("choices"):
-            seen += 1
-            if seen == 3:
-                break
-    conn.close()  # the client goes away mid-batch: its row leaves the batch
+    abandon_after(conn, "/v1/chat/completions", chat_body(MODEL, prompt(99), 1500), 3)  # its row leaves the batch
     for t in threads:
         t.join(patience(60))
     for i, (status, reply) in enumerate(results):

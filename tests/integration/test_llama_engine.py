@@ -29,22 +29,11 @@ from typing import Any
 import pytest
 
 from tests.integration import batch_clients as bc
-from tests.integration.conftest import REAL_DIR
-from tests.integration.serving import http_json, sse_events, wait_model_ready
+from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
+from tests.integration.serving import abandon_after, http_json, sse_events, wait_model_ready
 
-REAL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 N = 24
 TIE = 0.3
-PROMPTS = [
-    "What is the capital of France? Answer in one sentence.",
-    "Write a haiku about the sea.",
-    "List three primary colors.",
-    "What is 12 plus 30?",
-    "Translate 'good morning' into Spanish.",
-    "Give me one tip for sleeping better.",
-    "Explain in one sentence what a CPU does.",
-    "Name a famous play by William Shakespeare.",
-]
 
 
 def llama_reference(model_dir: Path, prompts: list[str], n: int, raw: bool = False) -> list[dict[str, Any]]:
@@ -220,15 +209,7 @@ def test_a_stream_joins_a_running_batch_and_a_cancelled_one_leaves_it(llama_node
     runner = threading.Thread(target=long_one)
     runner.start()
     conn = http.client.HTTPConnection("127.0.0.1", llama_node.api_port, timeout=60)  # a stream to cancel
-    conn.request("POST", "/v1/chat/completions", json.dumps(ask("Count from one to a thousand.", max_tokens=1000,
-                                                                stream=True)), {"Content-Type": "application/json"})
-    seen = 0
-    for kind, payload in sse_events(conn.getresponse()):
-        if kind == "data" and isinstance(payload, dict) and payload.get("choices"):
-            seen += 1
-            if seen == 3:
-                break
-    conn.close()  # the client goes away mid-batch
+    abandon_after(conn, "/v1/chat/completions", ask("Count from one to a thousand.", max_tokens=1000, stream=True), 3)
     status, joined = bc.complete(llama_node.url, ask(PROMPTS[3]))  # joins while the long one decodes
     runner.join(120)
     assert status == 200 and disagreement(content(joined), reference[3]) == ""

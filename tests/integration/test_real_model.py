@@ -17,23 +17,12 @@ from typing import Any
 import pytest
 
 from tests.integration import batch_clients as bc
+from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
 from tests.integration.serving import http_json, sse_events, wait_model_ready
 
-REAL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-REAL_DIR = "HuggingFaceTB--SmolLM2-135M-Instruct"
 N = 24
 MLX = {"runner": {"engine": "mlx"}}
 LOGPROB_TOL = 2e-3
-PROMPTS = [
-    "What is the capital of France? Answer in one sentence.",
-    "Write a haiku about the sea.",
-    "List three primary colors.",
-    "What is 12 plus 30?",
-    "Translate 'good morning' into Spanish.",
-    "Give me one tip for sleeping better.",
-    "Explain in one sentence what a CPU does.",
-    "Name a famous play by William Shakespeare.",
-]
 
 
 @pytest.fixture(scope="module")
