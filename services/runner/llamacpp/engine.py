@@ -107,6 +107,7 @@ class LlamaCppEngine:
         import llama_cpp
         from mlx_lm.tokenizer_utils import load as load_tokenizer
 
+        self.lib: Any = llama_cpp  # the binding, once (a step calls it several times)
         gguf = self.model_dir / GGUF_FILE
         if not gguf.is_file():
             raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
@@ -198,7 +199,7 @@ class LlamaCppEngine:
                 added.append(row)
                 if (hit := self.prefix.nearest(row.prompt)) is not None:
                     src, row.done = hit
-                    self._lib().llama_memory_seq_cp(self.mem, src, row.seq, 0, row.done)
+                    self.lib.llama_memory_seq_cp(self.mem, src, row.seq, 0, row.done)
         except Exception:
             self._free([row.seq for row in added])
             raise
@@ -218,7 +219,7 @@ class LlamaCppEngine:
 
     def _free(self, seqs: list[int]) -> None:
         for seq in seqs:
-            self._lib().llama_memory_seq_rm(self.mem, seq, -1, -1)
+            self.lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
             self.sequences.give(seq)
 
     def _grammar_tokenizer(self) -> Any:
@@ -258,12 +259,12 @@ class LlamaCppEngine:
             if last:
                 outputs.append(row)
         self._decode()
-        logits = np.ctypeslib.as_array(self._lib().llama_get_logits(self.ctx), shape=(len(outputs), self.vocab_size))
+        logits = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ctx), shape=(len(outputs), self.vocab_size))
         tokens = [self._next(row, logits[i]) for i, row in enumerate(outputs)]
         return StepOutput(progress, tokens)
 
     def _decode(self) -> None:
-        while (rc := self._lib().llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
+        while (rc := self.lib.llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
             self._free(self.prefix.trim(len(self.prefix) // 2))  # no room in the KV cache: let the cache go
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc}): "
@@ -306,15 +307,7 @@ class LlamaCppEngine:
         return top_logprobs(log_softmax(logprobs.values), token, k)
 
     def peak_memory(self) -> int:
-        import llama_cpp
-
-        return int(llama_cpp.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes
-
-    @staticmethod
-    def _lib() -> Any:
-        import llama_cpp
-
-        return llama_cpp
+        return int(self.lib.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes
 
 
 
