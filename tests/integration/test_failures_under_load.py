@@ -57,17 +57,16 @@ def producing(clients: StreamLoad, node) -> None:
 
 
 def running_runners(node) -> dict[str, str]:
-    """runner id -> instance id, for runners with requests in hand right now (an open task on
-    their instance: busy and idle are load, not runner states)."""
+    """runner id -> instance id, for runners with requests in hand right now: an open task on
+    their instance and, by the runner's own last report, requests in its batch (a task's end
+    reaches the state after its runner has finished it: a kill chosen by tasks alone could land
+    on a runner whose requests had just ended)."""
     state = http_json(f"{node.url}/state")[1]
     busy = {t["TextGeneration"]["instanceId"] for t in state["tasks"].values()
             if t["TextGeneration"]["taskStatus"] in ("Pending", "Running")}
-    out = {}
-    for iid, inst in state["instances"].items():
-        for rid in next(iter(inst.values()))["shardAssignments"]["runnerToShard"]:
-            if iid in busy:
-                out[rid] = iid
-    return out
+    pools = [p for c in http_json(f"{node.url}/admin/clusters")[1]["clusters"] for p in c["pools"]]
+    return {r["runnerId"]: p["instanceId"] for p in pools if p["instanceId"] in busy and p["activeRequests"]
+            for r in p["ranks"]}
 
 
 def served(node, max_tokens: int = 4) -> None:
