@@ -34,6 +34,7 @@ from skulk.services.api.app import create_app
 from skulk.services.api.auth import Policy, startup_warnings
 from skulk.services.api.declare import Limits
 from skulk.services.api.gateway import StreamTiming
+from skulk.services.api.listen import listen_after_predecessor
 from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent
 from skulk.supervisor.child import DEFERRED_SIGNALS
 from skulk.wire import endpoints
@@ -44,11 +45,15 @@ log = logging.getLogger("skulk.api")
 DEFAULT_LIMITS = Limits()  # frozen: one shared default is safe
 
 
+def worker_title(title: str) -> str:
+    return f"skulk: {title} worker"
+
+
 def use_skulk_titles(title: str) -> None:
     """gunicorn titles its processes `master [..]`/`worker [..]`; ours are `skulk: api[ worker]`."""
 
     def set_title(gunicorn_title: str) -> None:
-        setproctitle(f"skulk: {title}" + (" worker" if gunicorn_title.startswith("worker") else ""))
+        setproctitle(worker_title(title) if gunicorn_title.startswith("worker") else f"skulk: {title}")
 
     gunicorn.util._setproctitle = set_title
 
@@ -159,16 +164,6 @@ class ApiApplication(BaseApplication):
         SupervisedArbiter(self).run()
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
 def main() -> None:
     args, rest = ChildArgs.split(sys.argv[1:])
     api = ApiArgs.from_argv(rest)
@@ -191,7 +186,7 @@ def main() -> None:
                            max_streams_per_key=api.max_streams_per_key, write_timeout_s=api.write_timeout,
                            streams_root=limits.streams_dir(args.run_dir))
     try:
-        sock = listen_socket(api.listen, api.port)
+        sock = listen_after_predecessor(api.listen, api.port, runtime.parent_pid, worker_title(args.title))
     except OSError as exc:
         log.error("api cannot listen on %s:%d: %s", api.listen, api.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
