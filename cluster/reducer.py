@@ -60,7 +60,8 @@ def _apply(state: State, event: object) -> State:
         runners = {k: v for k, v in state.runners.items() if k not in inst.runner_to_shard}
         deleted = {**state.deleted, event.instance_id: DeletionNote(
             model_id=inst.model_id, reason=event.reason, when=event.when, cause=event.cause,
-            recreate_at=event.recreate_at, instance=inst if event.recreate_at else None)}
+            recreate_at=event.recreate_at, instance=inst if event.recreate_at else None,
+            refused_engine=event.refused_engine)}
         return replace(state, instances=instances, runners=runners,
                        deleted=_trim(deleted))
     if isinstance(event, RunnerStatusUpdated):

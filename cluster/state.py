@@ -183,10 +183,11 @@ class NodeInfo(Message):
 
 
 DELETED_BY_OPERATOR = "deleted by operator"
-Cause = Literal["", "operator", "runner_failed", "given_up", "node_lost"]
+Cause = Literal["", "operator", "runner_failed", "engine_refused", "given_up", "node_lost"]
 """Why an instance was deleted, for machines (the reason is for people): an operator's delete
 ends its streams as cancelled; a failed runner's as the runner's shutdown; anything else as
-lost. `runner_failed` instances are re-created, `given_up` ones are not."""
+lost. `runner_failed` instances are re-created, `engine_refused` ones too, at once, on another
+engine; `given_up` ones are not."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,6 +205,7 @@ class DeletionNote(Message):
     recreate_at: float = 0.0
     instance: Instance | None = None
     replaced_by: str = ""
+    refused_engine: str = ""  # the engine that could not run the checkpoint: re-created without it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,6 +245,7 @@ class InstanceDeleted(Message):
     when: float = 0.0
     cause: Cause = ""
     recreate_at: float = 0.0  # wall clock; non-zero: to be re-created then, by whoever leads
+    refused_engine: str = ""  # the re-creation runs on another engine of the card than this one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,10 @@ WEDGED = 86
 """A runner overran its warmup deadline (a wedged GPU): never restarted; reboot the machine."""
 GROUP_CONNECT_FAILED = 87
 """A runner could not form its mx.distributed ring in time: never restarted in a loop."""
+ENGINE_REFUSED = 88
+"""A runner's engine cannot run its checkpoint here (llama.cpp lacks the architecture or tensor
+type, a damaged file, a context it cannot make): not restarted; the leader places the instance
+again on another engine the checkpoint has, or gives it up with the reason."""
 ESCALATED = 70
 """The root's restart budget was exhausted; everything was stopped (EX_SOFTWARE)."""
 CONFIG_ERROR = 78
@@ -22,8 +26,9 @@ CONFIG_ERROR = 78
 _NAMES = {CLEAN: "clean", CRASHED: "crashed", BOOT_FAILURE: "boot failure",
           ESCALATED: "escalated", CONFIG_ERROR: "config error",
           WEDGED: "warmup deadline overrun, GPU may be wedged",
-          GROUP_CONNECT_FAILED: "distributed group connect deadline overrun"}
-NEVER_RESTART = frozenset({WEDGED, GROUP_CONNECT_FAILED})
+          GROUP_CONNECT_FAILED: "distributed group connect deadline overrun",
+          ENGINE_REFUSED: "the engine cannot run this checkpoint"}
+NEVER_RESTART = frozenset({WEDGED, GROUP_CONNECT_FAILED, ENGINE_REFUSED})
 
 
 def describe(returncode: int) -> str:

@@ -105,6 +105,15 @@ class PeerLost(RuntimeError):
     process exits CRASHED so its supervisor and the cluster react as to any crash."""
 
 
+class BootRefused(RuntimeError):
+    """A boot that ends with a typed exit code of its own (`exitcodes`), not BOOT_FAILURE: the
+    process reported why already; its supervisor and the leader act on the code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class BootStopped(BaseException):
     """A stop signal while the role boots (a runner may load a model for minutes): the boot ends
     at once and the process exits CLEAN. A BaseException, so a boot's `except Exception` lets it
@@ -245,6 +254,10 @@ def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> N
         log.info("%s: %s while booting, stopping", args.child_id, signal.Signals(stop.signum).name)
         logging.shutdown()
         os._exit(exitcodes.CLEAN)
+    except BootRefused as exc:
+        log.error("%s failed to boot: %s", args.child_id, exc)
+        logging.shutdown()
+        os._exit(exc.code)
     except (zmq.ZMQError, OSError, ValueError, SystemExit) as exc:
         log.error("%s failed to boot: %s", args.child_id, exc)
         os._exit(exitcodes.BOOT_FAILURE)

@@ -329,7 +329,7 @@ class Gateway:
             cause = note.cause if note else ""
             if cause == "operator":
                 return FailReason.INSTANCE_DELETED, INSTANCE_DELETED
-            if note and cause == "runner_failed":  # deleted to be re-created
+            if note and cause in ("runner_failed", "engine_refused"):  # deleted to be re-created
                 return runner_lost, RUNNER_LOST.format(detail=note.reason)
             return FailReason.INSTANCE_LOST, INSTANCE_LOST
         if self.replica.departed.intersection(inst.node_to_runner):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from skulk.cluster.placement import PlacementError, place
 from skulk.cluster.state import (
@@ -65,7 +65,7 @@ def _open_tasks(state: State, instance_ids: set[str]) -> list[Task]:
 
 
 def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause,
-                  recreate_at: float = 0.0) -> list[Event]:
+                  recreate_at: float = 0.0, refused_engine: str = "") -> list[Event]:
     """End the instance's open tasks, then delete it: an operator's delete cancels them; a
     failed runner fails them with upstream's runner-shutdown message (their API threads have
     usually ended the streams already; the events are the record)."""
@@ -77,7 +77,7 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
                            error_message=RUNNER_LOST.format(detail=reason))
                 for t in _open_tasks(state, {instance_id})]
     return [*ends, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause,
-                                   recreate_at=recreate_at)]
+                                   recreate_at=recreate_at, refused_engine=refused_engine)]
 
 
 def node_lost_events(state: State, node_id: str, when: float) -> list[Event]:
@@ -91,11 +91,15 @@ def node_lost_events(state: State, node_id: str, when: float) -> list[Event]:
             NodeTimedOut(node_id=node_id, when=when)]
 
 
-def place_again(inst: Instance, command_id: str) -> PlaceInstance:
+def place_again(inst: Instance, command_id: str, refused_engine: str = "") -> PlaceInstance:
     """A placement of the same model, sharding and width as `inst` (placement picks the nodes
-    again: some may be gone)."""
+    again: some may be gone), on any engine of its card but `refused_engine` (one that could not
+    run the checkpoint: the card of the new instance no longer names it)."""
     shard = next(iter(inst.runner_to_shard.values()))
-    return PlaceInstance(command_id=command_id, card=inst.card, sharding=shard.kind,
+    card = inst.card
+    if refused_engine:
+        card = replace(card, engines=tuple(e for e in card.engines if e != refused_engine))
+    return PlaceInstance(command_id=command_id, card=card, sharding=shard.kind,
                          instance_meta=inst.instance_meta, min_nodes=shard.world_size)
 
 

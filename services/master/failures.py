@@ -42,6 +42,15 @@ class Recreate:
 
 
 @dataclass(frozen=True, slots=True)
+class OtherEngine:
+    """The instance's engine cannot run its checkpoint (`exitcodes.ENGINE_REFUSED`): re-create
+    it at once without that engine (the card names another that can). Not a failure to back
+    off from: the same engine would refuse again, another one may serve."""
+
+    refused: str
+
+
+@dataclass(frozen=True, slots=True)
 class GiveUp:
     """Delete the instance for good, for this reason."""
 
@@ -55,12 +64,17 @@ class RecoveryPolicy:
     backoff_s: float = 0.5
 
 
-def verdict(failed: RunnerStatus, earlier: Sequence[float], now: float,
-            policy: RecoveryPolicy) -> Recreate | GiveUp:
-    """`earlier`: when the instances this one replaces failed (wall clock), oldest first."""
+def verdict(failed: RunnerStatus, earlier: Sequence[float], now: float, policy: RecoveryPolicy,
+            engine: str = "", card_engines: Sequence[str] = ()) -> Recreate | OtherEngine | GiveUp:
+    """`earlier`: when the instances this one replaces failed (wall clock), oldest first;
+    `engine`: the instance's, `card_engines`: every engine its checkpoint has."""
     error = failed.error_message
     if failed.exit_code in NOT_RETRIED:
         return GiveUp(f"a runner overran its deadline and is not retried: {error}")
+    if failed.exit_code == exitcodes.ENGINE_REFUSED:
+        if any(e != engine for e in card_engines):
+            return OtherEngine(engine)
+        return GiveUp(f"no other engine can run it: {error}")
     recent = [t for t in earlier if now - t < policy.window_s] + [now]
     if len(recent) >= policy.limit:
         return GiveUp(f"crash loop: {len(recent)} runner failures within {policy.window_s:.0f}s "

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from skulk.cluster.placement import PlacementError, place
 from skulk.cluster.state import Event, InstanceCreated, RecreationAbandoned, RunnerStatus, State
 from skulk.services.master.commands import delete_events, place_again
-from skulk.services.master.failures import GiveUp, RecoveryPolicy, lineage_failures, verdict
+from skulk.services.master.failures import GiveUp, OtherEngine, RecoveryPolicy, lineage_failures, verdict
 
 log = logging.getLogger("skulk.master")
 
@@ -27,10 +27,16 @@ def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float
     inst = next((i for i in state.instances.values() if runner_id in i.runner_to_shard), None)
     if inst is None:
         return []
-    decided = verdict(failed, lineage_failures(state, inst.instance_id), now, policy)
+    decided = verdict(failed, lineage_failures(state, inst.instance_id), now, policy,
+                      inst.engine, inst.card.engines)
     if isinstance(decided, GiveUp):
         log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, decided.reason)
         return delete_events(state, inst.instance_id, decided.reason, now, "given_up")
+    if isinstance(decided, OtherEngine):
+        reason = f"runner {runner_id} failed ({failed.error_message}); placing it again without {decided.refused}"
+        log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
+        return delete_events(state, inst.instance_id, reason, now, "engine_refused", recreate_at=now,
+                             refused_engine=decided.refused)
     reason = f"runner {runner_id} failed ({failed.error_message}); re-creating in {decided.delay_s:.1f}s"
     log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
     return delete_events(state, inst.instance_id, reason, now, "runner_failed",
@@ -46,7 +52,7 @@ def next_recreation(state: State, now: float, new_id: Callable[[], str],
     for old_id, note in state.deleted.items():
         if note.instance is None or note.recreate_at > now:
             continue
-        placed = place(state, place_again(note.instance, new_id()), new_id)
+        placed = place(state, place_again(note.instance, new_id(), note.refused_engine), new_id)
         if isinstance(placed, PlacementError):
             if now - note.recreate_at <= policy.window_s:
                 continue

@@ -17,6 +17,12 @@ from skulk.cluster.state import TaskParams
 from skulk.wire.inference import RankInsert
 
 
+class EngineRefused(RuntimeError):
+    """This engine cannot run this checkpoint here (a file it cannot read, an architecture it
+    lacks, a context it cannot make). Typed, so that the runner exits `ENGINE_REFUSED` and the
+    leader places the instance again on another engine instead of retrying this one."""
+
+
 @dataclass(frozen=True, slots=True)
 class PromptProgress:
     """Prefill progress of one request after a step (`done == total`: its prompt is in)."""

@@ -28,12 +28,12 @@ from skulk.node.model_cards import drafter_of
 from skulk.node.role_args import RunnerArgs
 from skulk.node.trace_files import now_us
 from skulk.services import faults
-from skulk.services.base import ServiceLoop
+from skulk.services.base import BootRefused, ServiceLoop
 from skulk.services.runner import embed_engine, lockstep
 from skulk.services.runner.batch_engine import MlxBatchEngine
 from skulk.services.runner.batcher import Batcher, Out, follow
 from skulk.services.runner.deadline import Deadline, StepBeats
-from skulk.services.runner.engine import Engine
+from skulk.services.runner.engine import Engine, EngineRefused
 from skulk.services.runner.flight import Ident
 from skulk.services.runner.observe import Observer
 from skulk.services.runner.quant_path import QuantMode
@@ -285,6 +285,10 @@ def setup_runner(loop: ServiceLoop, argv: list[str], blas: str | None) -> None:
     runner = Runner(loop, args, blas)
     try:
         runner.boot()
+    except EngineRefused as exc:
+        message = f"{args.placement.engine} cannot run {args.placement.model_id}: {exc}"
+        runner.fail_before_exit(message, exitcodes.ENGINE_REFUSED)
+        raise BootRefused(message, exitcodes.ENGINE_REFUSED) from exc
     except Exception as exc:
         log.exception("runner %s failed to load %s", args.placement.runner_id, args.placement.model_id)
         runner.report(kind=RunnerKind.FAILED, error_message=f"{type(exc).__name__}: {exc}")

@@ -239,3 +239,25 @@ def test_a_runner_killed_mid_stream_ends_the_stream_with_an_error(llama_node):
     wait_model_ready(llama_node, timeout=120)  # re-created, on llama.cpp again
     status, reply = bc.complete(llama_node.url, ask(PROMPTS[0]))
     assert status == 200
+
+
+def test_a_gguf_llama_cpp_cannot_load_is_served_by_mlx_instead(nodes, real_model, tmp_path):
+    damaged = tmp_path / REAL_DIR  # the same model, its GGUF cut short (a download that stopped)
+    damaged.mkdir()
+    for entry in real_model.iterdir():
+        if entry.name == "model.gguf":
+            with entry.open("rb") as whole:
+                (damaged / entry.name).write_bytes(whole.read(1 << 20))
+        else:
+            (damaged / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    node = nodes(args=("--place", REAL), models={REAL_DIR: damaged})
+    wait_model_ready(node, timeout=180)
+    _, state = http_json(f"{node.url}/state")
+    (inst,) = state["instances"].values()
+    assert inst["MlxRingInstance"]["engine"] == "mlx"
+    (note,) = state["deletedInstances"].values()
+    assert note["cause"] == "engine_refused", note
+    assert "llama_cpp cannot run" in note["reason"] and "cannot load model.gguf" in note["reason"], note
+    status, reply = bc.complete(node.url, ask(PROMPTS[0]))
+    assert status == 200 and content(reply), reply
+    assert node.status()["runners"].restarts == 0  # no crash loop: one refusal, one placement

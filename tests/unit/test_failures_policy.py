@@ -14,20 +14,29 @@ from skulk.cluster.state import (
     NodeTimedOut,
     RecreationAbandoned,
     RunnerStatus,
+    State,
     Task,
     TaskCreated,
 )
 from skulk.node import exitcodes
-from skulk.services.master.commands import node_lost_events
-from skulk.services.master.failures import GiveUp, RecoveryPolicy, Recreate, lineage_failures, process_ended, verdict
+from skulk.services.master.commands import handle, node_lost_events
+from skulk.services.master.failures import (
+    GiveUp,
+    OtherEngine,
+    RecoveryPolicy,
+    Recreate,
+    lineage_failures,
+    process_ended,
+    verdict,
+)
 from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.roster import Roster, lost_nodes
 from skulk.supervisor.strategy import should_restart
 from skulk.wire.cluster import Member
 from skulk.wire.codec import decode, encode
-from skulk.wire.commands import INSTANCE_LOST
+from skulk.wire.commands import INSTANCE_LOST, PlaceInstance
 from skulk.wire.events import ChildLifecycle
-from tests.unit.test_state_and_routing import PARAMS, ids, node, placed, run
+from tests.unit.test_state_and_routing import CARD, PARAMS, ids, node, placed, run
 
 POLICY = RecoveryPolicy()
 MEMBER = Member(info=node(), master_endpoint="tcp://127.0.0.1:1")
@@ -54,6 +63,39 @@ def test_a_ring_that_did_not_form_is_recreated_on_new_ports():
     assert verdict(failed(error, exitcodes.GROUP_CONNECT_FAILED), [], 0.0, POLICY) == Recreate(0.5)
 
 
+REFUSED = failed("llama_cpp cannot run m: llama.cpp cannot load model.gguf of m (a damaged file)",
+                 exitcodes.ENGINE_REFUSED)
+
+
+def test_an_engine_that_refuses_the_checkpoint_gives_way_to_another_decided_on_the_exit_code():
+    assert verdict(REFUSED, [], 0.0, POLICY, "llama_cpp", ("mlx", "llama_cpp")) == OtherEngine("llama_cpp")
+    why = verdict(REFUSED, [], 0.0, POLICY, "llama_cpp", ("llama_cpp",))
+    assert isinstance(why, GiveUp) and why.reason.startswith("no other engine can run it: llama_cpp cannot run m")
+    assert verdict(failed(REFUSED.error_message), [], 0.0, POLICY, "llama_cpp", ("mlx", "llama_cpp")) == Recreate(0.5)
+
+
+def test_a_refused_engine_is_placed_again_at_once_on_the_other_engine_and_stays_off_its_lineage():
+    gguf_node = replace(node(), engines=("mlx", "llama_cpp"))  # a CPU node: auto picks llama.cpp
+    card = replace(CARD, engines=("mlx", "llama_cpp"), gguf_bytes=CARD.storage_size_bytes // 4)
+    state = run(State(session="s"), [NodeGatheredInfo(info=gguf_node)])
+    state = run(state, handle(state, PlaceInstance(command_id="c1", card=card), ids(), 0.0).events)
+    ((iid, inst),) = state.instances.items()
+    assert inst.engine == "llama_cpp"
+    (rid,) = inst.runner_to_shard
+    gone = run(state, runner_failed(state, rid, REFUSED, 100.0, POLICY))
+    note = gone.deleted[iid]
+    assert (note.cause, note.recreate_at, note.refused_engine) == ("engine_refused", 100.0, "llama_cpp")
+    assert decode(encode(gone)) == gone
+    (made,) = next_recreation(gone, 100.0, ids(), POLICY)  # at once: no back-off
+    assert isinstance(made, InstanceCreated) and made.replaces == iid
+    assert made.instance.engine == "mlx" and made.instance.card.engines == ("mlx",)
+    again = run(gone, [made])
+    (new_rid,) = again.instances[made.instance.instance_id].runner_to_shard
+    crash = run(again, runner_failed(again, new_rid, ABORT, 110.0, POLICY))
+    (third,) = next_recreation(crash, 111.0, ids(), POLICY)  # a later crash re-creates on MLX still
+    assert third.instance.engine == "mlx"
+    refused_too = run(again, runner_failed(again, new_rid, REFUSED, 110.0, POLICY)).deleted[made.instance.instance_id]
+    assert refused_too.cause == "given_up" and "no other engine can run it" in refused_too.reason
 
 
 def test_backoff_doubles_and_the_third_failure_in_the_window_gives_up():
@@ -182,8 +224,8 @@ def test_a_runner_its_own_node_stopped_is_not_a_failure_and_an_exit_keeps_its_co
     assert isinstance(verdict(wedged, [], 0.0, POLICY), GiveUp)
 
 
-def test_wedged_and_group_connect_exits_are_never_restarted():
-    for code in (exitcodes.WEDGED, exitcodes.GROUP_CONNECT_FAILED):
+def test_wedged_group_connect_and_engine_refused_exits_are_never_restarted():
+    for code in (exitcodes.WEDGED, exitcodes.GROUP_CONNECT_FAILED, exitcodes.ENGINE_REFUSED):
         assert should_restart("permanent", code) is False and should_restart("transient", code) is False
 
 

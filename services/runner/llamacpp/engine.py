@@ -27,7 +27,7 @@ import numpy as np
 
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import warmup
-from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.engine import Detokenizer, EngineRefused, OutputFormat, PromptProgress, StepOutput, TokenOut
 from skulk.services.runner.grammar import GrammarMask
 from skulk.services.runner.llamacpp.batch import Batch
 from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
@@ -51,7 +51,7 @@ UBATCH = 512
 FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick on a CPU
 
 
-class LlamaLoadError(RuntimeError):
+class LlamaLoadError(EngineRefused):
     """llama.cpp could not load the file (the message says what is wrong)."""
 
 
