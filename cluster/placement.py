@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from skulk.cluster import engines
+from skulk.cluster import engines, ring_search
 from skulk.cluster.catalog import cards_of
+from skulk.cluster.ring_search import Ring
 from skulk.cluster.state import Instance, NodeInfo, ShardMeta, State
 from skulk.node.model_cards import LLAMA_LAYOUT
 from skulk.wire.commands import PlaceInstance, RejectReason
@@ -118,14 +119,15 @@ def layer_split(n_layers: int, weights: list[int]) -> list[int]:
 
 
 def shares(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str,
-           engine: EngineKind = EngineKind.MLX) -> list[int]:
-    """The weights each node of `ring` holds (Tensor: an even part; Pipeline: by room)."""
+           engine: EngineKind = EngineKind.MLX, rooms: Mapping[str, int] | None = None) -> list[int]:
+    """The weights each node of `ring` holds (Tensor: an even part; Pipeline: by room).
+    `rooms`: each node's `room`, where the caller has them already."""
     nodes = [state.nodes[n] for n in ring]
     if sharding == "Tensor":
         return [held(card, node, engine) // len(ring) for node in nodes]
-    rooms = [room(state, n) for n in ring]
-    total = sum(rooms) or 1
-    return [int(held(card, node, engine) * r / total) for node, r in zip(nodes, rooms)]
+    ring_rooms = [rooms[n] if rooms is not None else room(state, n) for n in ring]
+    total = sum(ring_rooms) or 1
+    return [int(held(card, node, engine) * r / total) for node, r in zip(nodes, ring_rooms)]
 
 
 def drafter_bytes(state: State, card: ModelCard, node: NodeInfo, width: int,
@@ -138,16 +140,26 @@ def drafter_bytes(state: State, card: ModelCard, node: NodeInfo, width: int,
     return held(drafter, node) if drafter is not None else 0
 
 
+def _shortfall(state: State, card: ModelCard, node_id: str, share: int, width: int, engine: EngineKind,
+               kv: int, rooms: Mapping[str, int]) -> tuple[int, int] | None:
+    """(what the node needs, what it can use) when `share` of the weights does not fit it."""
+    node = state.nodes[node_id]
+    drafter = int(drafter_bytes(state, card, node, width, engine) * OVERHEAD)
+    need = required(share, held(card, node, engine), kv) + drafter
+    can = rooms[node_id]
+    return (need, can) if need > can else None
+
+
 def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str,
-            engine: EngineKind = EngineKind.MLX) -> str | None:
+            engine: EngineKind, rooms: Mapping[str, int]) -> str | None:
     tokens = engines.kv_tokens(engine, KV_TOKENS)
     kv = kv_bytes(card.n_layers, card.num_key_value_heads, tokens)
-    for node_id, share in zip(ring, shares(card, ring, state, sharding, engine)):
+    for node_id, share in zip(ring, shares(card, ring, state, sharding, engine, rooms)):
         node = state.nodes[node_id]
         whole = held(card, node, engine)
-        need = required(share, whole, kv) + int(drafter_bytes(state, card, node, len(ring), engine) * OVERHEAD)
-        can = room(state, node_id)
-        if need > can:
+        short = _shortfall(state, card, node_id, share, len(ring), engine, kv, rooms)
+        if short:
+            need, can = short
             kv_share = kv * share / whole if whole else 0
             return (f"cycle [{', '.join(ring)}] ({sharding} sharding): node {node.friendly_name} "
                     f"needs ~{need / GIB:.1f}GB ({share / GIB:.1f}GB weights + {kv_share / GIB:.1f}GB "
@@ -170,6 +182,10 @@ def nodes_without(state: State, model_id: str) -> set[str]:
     if any(e.in_store and any(c.model_id == model_id for c in e.cards) for e in entries):
         return set()
     return {e.node_id for e in entries if not e.in_store and all(c.model_id != model_id for c in e.cards)}
+
+
+EXPLAINED_RINGS = 512
+"""When nothing fits, the reasons quoted come from at most this many rings (in ring order)."""
 
 
 def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instance | PlacementError:
@@ -196,72 +212,113 @@ def place(state: State, cmd: PlaceInstance, new_id: Callable[[], str]) -> Instan
                                        f"{', '.join(sorted(lacking))} and no model store has it: without them "
                                        f"(and the excluded nodes) a placement with min_nodes={cmd.min_nodes} is "
                                        "impossible (copy it to more nodes, or keep it in the model store)")
-    rings = [r for k in range(cmd.min_nodes, len(nodes) + 1) for r in itertools.combinations(nodes, k)]
-    rings = [r for r in rings if not excluded & set(r) and (len(r) == 1 or not card.is_embedding)]
-    if not rings:
+    pool = [n for n in nodes if n not in excluded]
+    if len(pool) < cmd.min_nodes:
         return PlacementError(400, f"All cycles of at least {cmd.min_nodes} node(s) touch an excluded "
                                    f"node ({len(excluded)} node(s) excluded). Check the excluded_nodes "
                                    "list — node IDs change when a cluster session restarts.")
-    alike = [r for r in rings if len({device_of(state.nodes[n]) for n in r}) == 1]
-    if not alike:  # ranks on different devices run different dtypes and warm-ups: they cannot agree
-        kinds = ", ".join(sorted(f"{device_of(state.nodes[n])} on {state.nodes[n].friendly_name}"
-                                 for n in {n for r in rings for n in r}))
+    by_device: dict[str, list[str]] = {}
+    for n in pool:
+        by_device.setdefault(device_of(state.nodes[n]), []).append(n)
+    if all(len(group) < cmd.min_nodes for group in by_device.values()):
+        # ranks on different devices run different dtypes and warm-ups: they cannot agree
+        kinds = ", ".join(sorted(f"{device_of(state.nodes[n])} on {state.nodes[n].friendly_name}" for n in pool))
         return PlacementError(400, f"No cycle of at least {cmd.min_nodes} node(s) computes on one kind of "
                                    f"device ({kinds}): the ranks of an instance must all use the same one")
-    rings = alike
-    misfits: list[str] = []
-    fitting: list[tuple[str, ...]] = []
-    chosen: dict[tuple[str, ...], EngineKind] = {}
-    refusals: list[str] = []
-    for ring in rings:
-        engine = engines.choose(card, [state.nodes[n] for n in ring], cmd.engine)
-        if isinstance(engine, engines.Refused):
-            refusals.append(engine.reason)
+    rooms = {n: room(state, n) for n in pool}
+    single, wide = ring_search.pools(card, state.nodes, by_device, rooms, cmd.engine)
+    widths = range(cmd.min_nodes, (1 if card.is_embedding else len(pool)) + 1)
+    some_fit = some_engine = False
+    for width in widths:
+        pools = single if width == 1 else [p for p in wide if len(p.nodes) >= width]
+        if not pools:
             continue
-        why = _misfit(card, ring, state, cmd.sharding, engine)
-        if why:
-            misfits.append(why)
-        else:
-            fitting.append(ring)
-            chosen[ring] = engine
-    if not fitting and not misfits:
-        return PlacementError(400, f"No candidate cycle can run {card.model_id}: " + "; ".join(dict.fromkeys(refusals)))
-    if not fitting:
+        some_engine = True
+        found = _roomiest_fitting(state, card, cmd, pools, width, rooms)
+        if found is None:
+            continue
+        some_fit = True
+        if _width_allowed(card, cmd.sharding, width):
+            return _finish(state, card, cmd, *found, new_id)
+    if not some_fit:
+        misfits, refusals = _explain(state, card, cmd, pool, rooms, want_misfits=some_engine)
+        if not some_engine:
+            return PlacementError(400, f"No candidate cycle can run {card.model_id}: " + "; ".join(refusals))
         return PlacementError(400, f"No candidate cycle fits {card.model_id} "
                                    f"({card.memory_bytes / GIB:.1f}GB of weights): " + "; ".join(misfits[:3]))
-    sharding = cmd.sharding
-    if sharding == "Tensor":
+    if cmd.sharding == "Tensor":
         if not card.supports_tensor:
             return PlacementError(400, "Requested Tensor sharding but this model does not support "
                                        f"tensor parallelism: {card.model_id}")
-        kv = card.num_key_value_heads or 0
-        divisible = [r for r in fitting if len(r) == 1 or (card.hidden_size % len(r) == 0
-                                                            and kv and kv % len(r) == 0)
-                     or (card.family in LLAMA_LAYOUT and kv and kv >= len(r))]  # by head groups
-        if not divisible:
-            return PlacementError(400, f"No tensor sharding found for model with hidden_size="
-                                       f"{card.hidden_size}, num_key_value_heads={kv} across candidate cycles")
-        fitting = divisible
-    if sharding == "Pipeline" and not card.supports_pipeline:
-        fitting = [r for r in fitting if len(r) == 1]
-        if not fitting:
-            return PlacementError(400, f"Requested Pipeline sharding across {cmd.min_nodes}+ nodes but this model "
-                                       f"does not support pipeline parallelism ({card.family} in mlx-lm): "
-                                       f"{card.model_id}")
-    if cmd.instance_meta == "MlxJaccl":
-        return PlacementError(400, "Requested RDMA (MlxJaccl) but no RDMA-connected cycles available")
-    smallest = min(len(r) for r in fitting)
-    candidates = [r for r in fitting if len(r) == smallest]
+        return PlacementError(400, f"No tensor sharding found for model with hidden_size="
+                                   f"{card.hidden_size}, num_key_value_heads={card.num_key_value_heads or 0} "
+                                   "across candidate cycles")
+    return PlacementError(400, f"Requested Pipeline sharding across {cmd.min_nodes}+ nodes but this model "
+                               f"does not support pipeline parallelism ({card.family} in mlx-lm): "
+                               f"{card.model_id}")
+
+
+def _roomiest_fitting(state: State, card: ModelCard, cmd: PlaceInstance, pools: list[ring_search.Pool],
+                      width: int, rooms: dict[str, int]) -> tuple[Ring, EngineKind] | None:
+    """The ring of `width` placement takes (`ring_search`), with its engine; None if none fits."""
+    best: dict[bool, tuple[tuple[int, Ring], EngineKind]] = {}  # steady (no restarting node) or not
+    restarting = frozenset(state.restarting)
+    for p in pools:
+        def fits(ring: Ring, engine: EngineKind = p.engine) -> bool:
+            return _misfit(card, ring, state, cmd.sharding, engine, rooms) is None
+
+        for steady, avoid in ((True, restarting), (False, frozenset())):
+            ring = ring_search.best_in_pool(p, width, avoid, fits)
+            if ring is not None:
+                rank = ring_search.total_room(ring, rooms)
+                if steady not in best or rank > best[steady][0]:
+                    best[steady] = (rank, p.engine)
+            if not restarting:
+                break
     # A node draining before an in-place restart gets a new instance only when every ring of this
     # width needs it (its runner then starts when the node is back).
-    steady = [r for r in candidates if not state.restarting.keys() & set(r)]
-    ring = max(steady or candidates, key=lambda r: (sum(room(state, n) for n in r), r))
-    if len(ring) == 1:
-        sharding = "Pipeline"  # width 1 is always Pipeline
+    chosen = best.get(True) or best.get(False)
+    return (chosen[0][1], chosen[1]) if chosen else None
+
+
+def _width_allowed(card: ModelCard, sharding: str, width: int) -> bool:
+    """Whether the model can be split `width` ways this way (Tensor: by heads; Pipeline: by layers)."""
+    if sharding == "Tensor":
+        kv = card.num_key_value_heads or 0
+        return card.supports_tensor and (width == 1 or (card.hidden_size % width == 0 and kv > 0 and kv % width == 0)
+                                         or (card.family in LLAMA_LAYOUT and 0 < kv and kv >= width))  # by head groups
+    return card.supports_pipeline or width == 1
+
+
+def _finish(state: State, card: ModelCard, cmd: PlaceInstance, ring: Ring, engine: EngineKind,
+            new_id: Callable[[], str]) -> Instance | PlacementError:
+    if cmd.instance_meta == "MlxJaccl":
+        return PlacementError(400, "Requested RDMA (MlxJaccl) but no RDMA-connected cycles available")
+    sharding = "Pipeline" if len(ring) == 1 else cmd.sharding  # width 1 is always Pipeline
     if sharding == "Pipeline" and card.n_layers < len(ring):
         return PlacementError(400, f"{card.model_id} has {card.n_layers} layers, fewer than the "
                                    f"{len(ring)} nodes of the ring")
-    return _instance(state, card, ring, sharding, new_id, chosen[ring])
+    return _instance(state, card, ring, sharding, new_id, engine)
+
+
+def _explain(state: State, card: ModelCard, cmd: PlaceInstance, pool: list[str], rooms: dict[str, int],
+             want_misfits: bool) -> tuple[list[str], list[str]]:
+    """Why rings do not fit (the first three: `want_misfits`) or have no engine (each reason
+    once), from the first `EXPLAINED_RINGS` rings in ring order (by width, then node ids)."""
+    widths = range(cmd.min_nodes, (1 if card.is_embedding else len(pool)) + 1)
+    rings = (r for k in widths for r in itertools.combinations(pool, k)
+             if len({device_of(state.nodes[n]) for n in r}) == 1)
+    misfits: list[str] = []
+    refusals: dict[str, None] = {}
+    for ring in itertools.islice(rings, EXPLAINED_RINGS):
+        engine = engines.choose(card, [state.nodes[n] for n in ring], cmd.engine)
+        if isinstance(engine, engines.Refused):
+            refusals.setdefault(engine.reason)
+        elif want_misfits and (why := _misfit(card, ring, state, cmd.sharding, engine, rooms)):
+            misfits.append(why)
+            if len(misfits) == 3:
+                break
+    return misfits, list(refusals)
 
 
 def _instance(state: State, card: ModelCard, ring: tuple[str, ...], sharding: str,
