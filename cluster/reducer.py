@@ -51,7 +51,8 @@ def _apply(state: State, event: object) -> State:
         return _note(state, event.replaces, lambda n: replace(n, instance=None, replaced_by=event.instance.instance_id))
     if isinstance(event, RecreationAbandoned):
         return _note(state, event.instance_id, lambda n: replace(
-            n, instance=None, cause="given_up", reason=f"{n.reason}; not re-created: {event.reason}"))
+            n, instance=None, cause="operator" if event.by_operator else "given_up",
+            reason=f"{n.reason}; not re-created: {event.reason}"))
     if isinstance(event, InstanceDeleted):
         inst = state.instances.get(event.instance_id)
         if inst is None:
@@ -96,9 +97,12 @@ def _apply(state: State, event: object) -> State:
     if isinstance(event, NodeTimedOut):
         gone = {i for i, inst in state.instances.items() if event.node_id in inst.node_to_runner}
         lost = {r for i in gone for r in state.instances[i].runner_to_shard}
+        again = (f"; placing it again in {event.replace_after_s:g}s" if event.replace_after_s > 0 else "")
         deleted = {**state.deleted, **{i: DeletionNote(
             model_id=state.instances[i].model_id, when=event.when, cause="node_lost",
-            reason=f"lost with node {event.node_id} (timed out)") for i in sorted(gone)}}
+            reason=f"lost with node {event.node_id} (timed out){again}",
+            recreate_at=event.when + event.replace_after_s if again else 0.0,
+            instance=state.instances[i] if again else None) for i in sorted(gone)}}
         return replace(
             state, nodes={k: v for k, v in state.nodes.items() if k != event.node_id},
             restarting={k: v for k, v in state.restarting.items() if k != event.node_id},

@@ -255,6 +255,7 @@ class RecreationAbandoned(Message):
     TYPE: ClassVar[str] = "event.recreation_abandoned"
     instance_id: str
     reason: str
+    by_operator: bool = False  # the operator deleted it while it waited: its note says `operator`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,6 +299,7 @@ class NodeTimedOut(Message):
     TYPE: ClassVar[str] = "event.node_timed_out"
     node_id: str
     when: float = 0.0  # wall clock, for the deletion notes of its instances
+    replace_after_s: float = 0.0  # its instances are placed again on the others this long after; 0: never
 
 
 RESTART_GRACE_S = 30.0

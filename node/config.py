@@ -62,6 +62,8 @@ class NodeConfig:
     step_deadline_s: float = 300.0  # one long step (a first-use compile, a big prefill) before a kill
     group_connect_deadline_s: float = 120.0
     recreate_backoff_s: float = 0.5
+    replace_lost: bool = True  # a lost node's instances are placed again on the nodes that remain
+    replace_lost_after_s: float = 2.0  # ... this long after the node is declared lost
     max_batch: int = 16
     queue_max: int = 64
     prefill_chunk: int = 256
@@ -125,6 +127,7 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
                "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
                "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int),
                "quantized": ("quantized", str), "engine": ("engine", str), "threads": ("threads", int)},
+    "placement": {"replace_lost": ("replace_lost", bool), "replace_lost_after_s": ("replace_lost_after_s", float)},
     "speculative": {"mode": ("spec_mode", str), "num_draft_tokens": ("spec_draft_tokens", int),
                     "max_streams": ("spec_max_streams", int), "drafter": ("spec_drafter", str)},
     "tracing": {"retention_days": ("trace_retention_days", float), "enabled": ("tracing_enabled", bool)},
@@ -310,6 +313,8 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError("node.drain_timeout_s must be in 0..3600 (0: restart without draining)")
     if not 0 < cfg.recreate_backoff_s <= 60:
         raise ConfigError("runner.recreate_backoff_s must be in (0, 60]")
+    if not 0 < cfg.replace_lost_after_s <= 600:
+        raise ConfigError("placement.replace_lost_after_s must be in (0, 600]")
     for budget in (cfg.root_budget, cfg.runners_budget):
         if budget.intensity < 0 or budget.period_s <= 0:
             raise ConfigError("restart budgets need intensity >= 0 and period_s > 0")

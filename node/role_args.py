@@ -86,6 +86,7 @@ class MasterArgs(Argv):
     node_id: str
     election_timeout: float = 3.0
     recreate_backoff: float = 0.5
+    replace_lost_after: float = 2.0  # 0: a lost node's instances are not placed again
     drain_timeout: float = 0.0  # node.drain_timeout_s (0: no drain)
     config_file: str = ""  # the node's skulk.yaml (kept equal to the cluster's)
     tracing_enabled: bool = False  # a new cluster's first switch

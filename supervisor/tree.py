@@ -67,6 +67,7 @@ def role_settings(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0
     if role == "master":
         return MasterArgs(listen=cfg.listen, port=cfg.cluster_port + 1, node_id=node_id,
                           election_timeout=cfg.election_timeout_s, recreate_backoff=cfg.recreate_backoff_s,
+                          replace_lost_after=cfg.replace_lost_after_s if cfg.replace_lost else 0.0,
                           drain_timeout=cfg.drain_timeout_s, config_file=str(config_file(cfg)),
                           tracing_enabled=cfg.tracing_enabled, place=cfg.place)
     if role == "store":

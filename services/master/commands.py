@@ -16,6 +16,7 @@ from skulk.cluster.state import (
     InstanceCreated,
     InstanceDeleted,
     NodeTimedOut,
+    RecreationAbandoned,
     State,
     Task,
     TaskCreated,
@@ -80,27 +81,29 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
                                    recreate_at=recreate_at, refused_engine=refused_engine)]
 
 
-def node_lost_events(state: State, node_id: str, when: float) -> list[Event]:
+def node_lost_events(state: State, node_id: str, when: float, replace_after_s: float = 0.0) -> list[Event]:
     """Upstream's order: `TaskFailed(instance_lost)` for every open task of an instance on the
-    node, then `NodeTimedOut` (which removes the node, its instances and their tasks)."""
+    node, then `NodeTimedOut` (which removes the node, its instances and their tasks, and keeps
+    each instance in its deletion note to be placed again `replace_after_s` later, if not 0)."""
     log.warning("node %s timed out; removing it and its instances", node_id)
     gone = {i for i, inst in state.instances.items() if node_id in inst.node_to_runner}
     return [*(TaskFailed(task_id=t.task_id, error_type=FailReason.INSTANCE_LOST,
                          error_message=INSTANCE_LOST)
               for t in _open_tasks(state, gone)),
-            NodeTimedOut(node_id=node_id, when=when)]
+            NodeTimedOut(node_id=node_id, when=when, replace_after_s=replace_after_s)]
 
 
-def place_again(inst: Instance, command_id: str, refused_engine: str = "") -> PlaceInstance:
+def place_again(inst: Instance, command_id: str, refused_engine: str = "", min_nodes: int = 0) -> PlaceInstance:
     """A placement of the same model, sharding and width as `inst` (placement picks the nodes
-    again: some may be gone), on any engine of its card but `refused_engine` (one that could not
-    run the checkpoint: the card of the new instance no longer names it)."""
+    again: some may be gone; `min_nodes` asks for a narrower one), on any engine of its card but
+    `refused_engine` (one that could not run the checkpoint: the card of the new instance no
+    longer names it)."""
     shard = next(iter(inst.runner_to_shard.values()))
     card = inst.card
     if refused_engine:
         card = replace(card, engines=tuple(e for e in card.engines if e != refused_engine))
     return PlaceInstance(command_id=command_id, card=card, sharding=shard.kind,
-                         instance_meta=inst.instance_meta, min_nodes=shard.world_size)
+                         instance_meta=inst.instance_meta, min_nodes=min_nodes or shard.world_size)
 
 
 def describe(cmd: PlaceInstance | DeleteInstance) -> str:
@@ -113,18 +116,63 @@ def describe(cmd: PlaceInstance | DeleteInstance) -> str:
 def lost_changes(mine: State, winner: State, new_id: Callable[[], str]) -> list[PlaceInstance | DeleteInstance]:
     """What a deposed leader accepted that the winner's state lacks, as commands to ask the winner
     for, so an operator's change accepted just before two lone leaders met is not lost: a
-    placement for each model it served and the winner does not, and the operator's deletion of
-    each instance the winner still has (deletions for other causes were judgements of the
-    deposed side, not the operator's intent)."""
+    placement for each model it served and the winner does not (unless the winner's operator
+    deleted it, or the winner is about to place it again), and the operator's deletion of each
+    instance the winner still has, or of the one the winner placed in its stead (deletions for
+    other causes were judgements of the deposed side, not the operator's intent)."""
     have = {i.model_id for i in winner.instances.values()}
+    have |= {n.instance.model_id for n in winner.deleted.values() if n.instance is not None and not n.replaced_by}
     out: list[PlaceInstance | DeleteInstance] = []
     for inst in mine.instances.values():
-        if inst.model_id not in have:
+        # the winner's operator deleted it, or what it replaces, or what the winner put in its stead
+        deleted_there = any(_last_note(winner, i) == "operator" for i in lineage(mine, inst.instance_id))
+        if inst.model_id not in have and not deleted_there:
             have.add(inst.model_id)
             out.append(place_again(inst, new_id()))
-    out += [DeleteInstance(command_id=new_id(), instance_id=iid) for iid, note in mine.deleted.items()
-            if note.cause == "operator" and iid in winner.instances]
+    for iid, note in mine.deleted.items():
+        if note.cause != "operator":
+            continue
+        # what the winner has of it: the instance itself, or one placed again in its stead
+        target = next((t for i in lineage(mine, iid) if (t := current(winner, i))), "")
+        if target:
+            out.append(DeleteInstance(command_id=new_id(), instance_id=target))
     return out
+
+
+def lineage(state: State, instance_id: str) -> list[str]:
+    """`instance_id` and every instance it re-creates, directly or further back (by the notes)."""
+    replaced = {note.replaced_by: old for old, note in state.deleted.items() if note.replaced_by}
+    out = [instance_id]
+    while out[-1] in replaced and replaced[out[-1]] not in out:
+        out.append(replaced[out[-1]])
+    return out
+
+
+def _last_note(state: State, instance_id: str) -> Cause:
+    """The cause of the last deletion along `instance_id`'s re-creations in `state` ("" while
+    one of them stands)."""
+    seen: set[str] = set()
+    cause: Cause = ""
+    while instance_id in state.deleted and instance_id not in seen:
+        seen.add(instance_id)
+        note = state.deleted[instance_id]
+        cause, instance_id = note.cause, note.replaced_by
+    return "" if instance_id in state.instances else cause
+
+
+def current(state: State, instance_id: str) -> str:
+    """What stands for `instance_id` in `state` now: itself, the instance that re-created it
+    (directly or further along), or a re-creation still pending; "" when it is gone for good."""
+    seen: set[str] = set()
+    while instance_id not in state.instances and instance_id not in seen:
+        seen.add(instance_id)
+        note = state.deleted.get(instance_id)
+        if note is None:
+            return ""
+        if not note.replaced_by:
+            return instance_id if note.instance is not None else ""
+        instance_id = note.replaced_by
+    return instance_id if instance_id in state.instances else ""
 
 
 def _task_of_command(state: State, command_id: str) -> Task | None:
@@ -175,6 +223,12 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str], wall: float,
         return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=placed.instance_id),
                        [InstanceCreated(instance=placed)])
     if isinstance(cmd, DeleteInstance):
+        pending = state.deleted.get(cmd.instance_id)
+        if cmd.instance_id not in state.instances and pending is not None and pending.instance is not None \
+                and not pending.replaced_by:  # being placed again: the operator's deletion cancels that
+            return Outcome(CommandAccepted(command_id=cmd.command_id, instance_id=cmd.instance_id),
+                           [RecreationAbandoned(instance_id=cmd.instance_id, reason=DELETED_BY_OPERATOR,
+                                                by_operator=True)])
         if cmd.instance_id not in state.instances:
             return Outcome(CommandRejected(command_id=cmd.command_id, status=404,
                                            message="Instance not found", reason=RejectReason.UNKNOWN_INSTANCE))

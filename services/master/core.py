@@ -69,6 +69,7 @@ class CoreSettings:
     node_id: str
     election_timeout_s: float = 3.0
     recreate_backoff_s: float = 0.5
+    replace_lost_after_s: float = 2.0  # 0: a lost node's instances are not placed again
     drain_timeout_s: float = 0.0  # node.drain_timeout_s (0: a restart does not drain)
     place: tuple[str, ...] = ()  # `skulk run --place`
     tracing_enabled: bool = False  # a new cluster's first switch
@@ -85,7 +86,8 @@ class MasterCore:
         election = Election(settings.node_id, timeout_s=settings.election_timeout_s,
                             incarnation=settings.incarnation)
         self.s = Shared(settings.node_id, election, new_id, state=saved or State())
-        self.leader = Leader(self.s, RecoveryPolicy(backoff_s=settings.recreate_backoff_s))
+        self.leader = Leader(self.s, RecoveryPolicy(backoff_s=settings.recreate_backoff_s,
+                                                          replace_lost_after_s=settings.replace_lost_after_s))
         self.follower = Follower(self.s)
         self.own = OwnNode(self.s, self.leader, settings.drain_timeout_s)
         if own_catalog is not None:

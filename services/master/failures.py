@@ -62,6 +62,7 @@ class RecoveryPolicy:
     limit: int = 3
     window_s: float = 60.0
     backoff_s: float = 0.5
+    replace_lost_after_s: float = 2.0  # a lost node's instances placed again this long after; 0: never
 
 
 def verdict(failed: RunnerStatus, earlier: Sequence[float], now: float, policy: RecoveryPolicy,

@@ -104,4 +104,4 @@ class Leader:
     def refresh_nodes(self, force: bool = False) -> None:
         s = self.s
         if s.leading and s.node_id in s.roster.members:  # else: nobody judged yet
-            self.emit(s.roster.events(s.state, s.now.mono, s.now.wall, force))
+            self.emit(s.roster.events(s.state, s.now.mono, s.now.wall, force, self.policy.replace_lost_after_s))

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from skulk.cluster.placement import PlacementError, place
-from skulk.cluster.state import Event, InstanceCreated, RecreationAbandoned, RunnerStatus, State
+from skulk.cluster.state import DeletionNote, Event, Instance, InstanceCreated, RecreationAbandoned, RunnerStatus, State
 from skulk.services.master.commands import delete_events, place_again
 from skulk.services.master.failures import GiveUp, OtherEngine, RecoveryPolicy, lineage_failures, verdict
 
@@ -52,7 +52,7 @@ def next_recreation(state: State, now: float, new_id: Callable[[], str],
     for old_id, note in state.deleted.items():
         if note.instance is None or note.recreate_at > now:
             continue
-        placed = place(state, place_again(note.instance, new_id(), note.refused_engine), new_id)
+        placed = _place_again(state, note, new_id)
         if isinstance(placed, PlacementError):
             if now - note.recreate_at <= policy.window_s:
                 continue
@@ -61,3 +61,18 @@ def next_recreation(state: State, now: float, new_id: Callable[[], str],
         log.info("re-creating instance %s as %s", old_id, placed.instance_id)
         return [InstanceCreated(instance=placed, replaces=old_id)]
     return []
+
+
+def _place_again(state: State, note: DeletionNote, new_id: Callable[[], str]) -> Instance | PlacementError:
+    """The note's instance placed again: at its width or the next wider that fits; an instance
+    lost with its node may also take the next narrower width that fits (fewer nodes remain)."""
+    assert note.instance is not None
+    width = next(iter(note.instance.runner_to_shard.values())).world_size
+    placed = place(state, place_again(note.instance, new_id(), note.refused_engine), new_id)
+    if not isinstance(placed, PlacementError) or note.cause != "node_lost":
+        return placed
+    for narrower in range(width - 1, 0, -1):
+        again = place(state, place_again(note.instance, new_id(), note.refused_engine, min_nodes=narrower), new_id)
+        if not isinstance(again, PlacementError):
+            return again
+    return placed

@@ -26,10 +26,12 @@ class Roster:
     members: dict[str, Member] = field(default_factory=dict)
     info_sent: dict[str, float] = field(default_factory=dict)
 
-    def events(self, state: State, now: float, wall: float, force: bool = False) -> list[Event]:
-        """The leader's node events for this membership (`now` monotonic, `wall` the clock)."""
+    def events(self, state: State, now: float, wall: float, force: bool = False,
+               replace_after_s: float = 0.0) -> list[Event]:
+        """The leader's node events for this membership (`now` monotonic, `wall` the clock;
+        `replace_after_s`: a lost node's instances are placed again that long after, 0: never)."""
         events: list[Event] = [e for n in lost_nodes(state, self.members, wall)
-                               for e in node_lost_events(state, n, wall)]
+                               for e in node_lost_events(state, n, wall, replace_after_s)]
         for node_id, member in self.members.items():
             known = state.nodes.get(node_id)
             if force or known is None or known.friendly_name != member.info.friendly_name \

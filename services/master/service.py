@@ -146,7 +146,8 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     home = loop.rt.args.home
     saved_path = loop.rt.args.run_dir / "master-state.bin"
     settings = CoreSettings(node_id=args.node_id, election_timeout_s=args.election_timeout,
-                            recreate_backoff_s=args.recreate_backoff, drain_timeout_s=args.drain_timeout,
+                            recreate_backoff_s=args.recreate_backoff, replace_lost_after_s=args.replace_lost_after,
+                            drain_timeout_s=args.drain_timeout,
                             place=args.place, tracing_enabled=args.tracing_enabled, incarnation=uuid.uuid4().hex[:6])
     own = NodeCatalogUpdated(node_id=args.node_id, cards=tuple(scan(home / "models")[0].values()))
     core = MasterCore(settings, lambda: uuid.uuid4().hex, saved=saved_state.load(saved_path, args.node_id),

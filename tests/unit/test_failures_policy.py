@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from skulk.cluster.placement import GIB
 from skulk.cluster.reducer import DELETIONS_KEPT
 from skulk.cluster.state import (
     InstanceCreated,
@@ -36,7 +37,7 @@ from skulk.wire.cluster import Member
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import INSTANCE_LOST, PlaceInstance
 from skulk.wire.events import ChildLifecycle
-from tests.unit.test_state_and_routing import CARD, PARAMS, ids, node, placed, run
+from tests.unit.test_state_and_routing import CARD, PARAMS, base, ids, node, placed, run
 
 POLICY = RecoveryPolicy()
 MEMBER = Member(info=node(), master_endpoint="tcp://127.0.0.1:1")
@@ -188,6 +189,40 @@ def test_a_lost_node_fails_its_tasks_as_instance_lost_before_it_is_removed():
     assert node_lost_events(state, "elsewhere", 7.0) == [NodeTimedOut(node_id="elsewhere", when=7.0)]
     gone = run(state, events)
     assert gone.instances == {} and gone.tasks == {} and gone.deleted[iid].cause == "node_lost"
+
+
+def test_a_lost_nodes_instance_is_placed_again_on_a_survivor_after_the_back_off_and_stays_there():
+    state, iid, _ = placed(run(base(), [NodeGatheredInfo(info=node("n2", available=4 * GIB))]))
+    assert state.instances[iid].node_to_runner.keys() == {"n1"}  # the roomier node
+    gone = run(state, node_lost_events(state, "n1", 100.0, replace_after_s=2.0))
+    note = gone.deleted[iid]
+    assert (note.cause, note.recreate_at, note.instance) == ("node_lost", 102.0, state.instances[iid])
+    assert note.reason == "lost with node n1 (timed out); placing it again in 2s"
+    assert decode(encode(gone)) == gone  # a leader elected during the back-off makes it
+    assert next_recreation(gone, 101.9, ids(), POLICY) == []
+    (made,) = next_recreation(gone, 102.0, ids(), POLICY)
+    assert isinstance(made, InstanceCreated) and made.replaces == iid
+    assert made.instance.node_to_runner.keys() == {"n2"} and made.instance.model_id == CARD.model_id
+    back = run(run(gone, [made]), [NodeGatheredInfo(info=node())])  # n1 returns: nothing moves back
+    assert next_recreation(back, 500.0, ids(), POLICY) == []
+    assert [i.node_to_runner.keys() for i in back.instances.values()] == [{"n2"}]
+    off = run(state, node_lost_events(state, "n1", 100.0))  # placement.replace_lost: false
+    assert off.deleted[iid].instance is None and next_recreation(off, 500.0, ids(), POLICY) == []
+
+
+def test_a_lost_ring_takes_the_next_narrower_width_that_fits_on_the_nodes_that_remain():
+    two = run(base(), [NodeGatheredInfo(info=node("n2"))])
+    out = handle(two, PlaceInstance(command_id="c1", card=CARD, min_nodes=2), ids(), 0.0)
+    state = run(two, out.events)
+    ((iid, inst),) = state.instances.items()
+    assert len(inst.node_to_runner) == 2
+    gone = run(state, node_lost_events(state, "n2", 100.0, replace_after_s=2.0))
+    (made,) = next_recreation(gone, 102.0, ids(), POLICY)
+    assert isinstance(made, InstanceCreated) and made.instance.node_to_runner.keys() == {"n1"}
+    nothing = run(gone, [NodeTimedOut(node_id="n1", when=101.0)])  # nowhere left: given up after the window
+    assert next_recreation(nothing, 102.0 + 30, ids(), POLICY) == []
+    (abandoned,) = next_recreation(nothing, 102.0 + 61, ids(), POLICY)
+    assert isinstance(abandoned, RecreationAbandoned)
 
 
 def test_a_node_restarting_in_place_is_kept_with_its_instances_until_its_grace_ends():

@@ -24,6 +24,8 @@ from skulk.cluster.state import (
     TaskParams,
 )
 from skulk.services.master.commands import handle, lost_changes
+from skulk.services.master.failures import RecoveryPolicy
+from skulk.services.master.recovery import next_recreation
 from skulk.services.master.routing import Route, RouteError, route
 from skulk.services.worker.runner_plan import Plan, plan
 from skulk.wire.commands import (
@@ -220,6 +222,29 @@ def test_a_deposed_leader_resubmits_its_operator_deletions_of_instances_the_winn
     failed = run(shared, [InstanceDeleted(instance_id=iid, reason="runner failed", when=1.0,
                                           cause="runner_failed")])
     assert lost_changes(failed, shared, lambda: "c9") == []  # not the operator's intent
+
+
+def test_across_a_split_an_instance_placed_again_on_one_side_counts_as_the_one_it_replaces():
+    shared, x, _ = placed()  # X on n1, before the split; each side then lost n1 and placed X again
+    two = run(shared, [NodeGatheredInfo(info=node("n2")), NodeGatheredInfo(info=node("n3"))])
+    def placed_again(state: State) -> tuple[State, str]:
+        gone = run(state, [NodeTimedOut(node_id="n1", when=1.0, replace_after_s=2.0)])
+        (made,) = next_recreation(gone, 3.0, ids(), RecoveryPolicy())
+        return run(gone, [made]), made.instance.instance_id
+    mine, a = placed_again(two)
+    winner, c = placed_again(two)
+    mine = run(mine, handle(mine, DeleteInstance(command_id="d", instance_id=a), ids(), 0.0).events)
+    assert lost_changes(mine, winner, lambda: "c9") == [DeleteInstance(command_id="c9", instance_id=c)]
+    pending = run(two, [NodeTimedOut(node_id="n1", when=1.0, replace_after_s=2.0)])  # not placed again yet
+    assert lost_changes(mine, pending, lambda: "c9") == [DeleteInstance(command_id="c9", instance_id=x)]
+    cancelled = handle(pending, DeleteInstance(command_id="d2", instance_id=x), ids(), 0.0)
+    assert isinstance(cancelled.reply, CommandAccepted)
+    after = run(pending, cancelled.events)
+    assert after.deleted[x].cause == "operator" and next_recreation(after, 9.0, ids(), RecoveryPolicy()) == []
+    theirs = run(winner, handle(winner, DeleteInstance(command_id="d3", instance_id=c), ids(), 0.0).events)
+    kept, _ = placed_again(two)  # the deposed side still serves it: not placed again over the deletion
+    assert lost_changes(kept, theirs, lambda: "c9") == []
+    assert lost_changes(kept, pending, lambda: "c9") == []  # the winner places it again itself
 
 
 def test_delete_cancels_running_tasks_then_deletes():
