@@ -176,20 +176,25 @@ def test_node_loss_mid_generation_under_load(nodes, demo_model, how):
             kinds = wait_until(a, lambda: failed_task_kinds(a, len(times)), 10, "TaskFailed recorded")
             print(f"the leader recorded TaskFailed: {kinds}")
             assert set(kinds) <= {"instance_lost", "runner_failed"}, (kinds, [o.error for o in outcomes])
+        # Lost capacity comes back by itself: placed again on the node that remains (the only
+        # one), 2 s after the loss (placement.replace_lost_after_s), and serving.
+        note = wait_until(a, lambda: (state_of(a) or {}).get("deletedInstances", {}).get(iid, {}).get("replacedBy")
+                          and state_of(a)["deletedInstances"][iid], 60, "the lost instance placed again")
+        assert note["cause"] == "node_lost" and "placing it again in 2s" in note["reason"], note
+        wait_model_ready(a)
+        print(f"node {how}: the lost instance serving again on the survivor "
+              f"{time.monotonic() - fault_at:.1f}s after the fault")
+        served(a)
     finally:
         if how == "frozen":
             os.killpg(b.pid, signal.SIGCONT)
-    # The surviving node serves the model again once it is placed there (after the thawed node,
-    # if any, has rejoined: a placement sent across that session change would get a 503 to retry).
+    # A thawed node (a follower, or the old leader: it knows it was frozen) follows the leader
+    # that served meanwhile: no new session, nothing in flight failed; nothing moves back to it.
     everyone = [a] if how == "killed" else [a, b]
     rejoined = wait_until(a, lambda: converged(everyone, len(everyone)), 30, "one cluster again")
-    # A thawed node (a follower, or the old leader: it knows it was frozen) follows the leader
-    # that served meanwhile: no new session, nothing in flight failed.
     assert rejoined["master"] == a_id, (formed["master"], rejoined["master"], a_id)
-    again = http_json(f"{a.url}/place_instance", {"model_id": MODEL, "excluded_nodes": [
-        n for n in (state_of(a) or {})["nodeIdentities"] if n != a_id]})
-    assert again[0] == 200, (again, a.log_tail())
-    wait_model_ready(a)
+    (inst,) = state_of(a)["instances"].values()
+    assert list(inst["MlxRingInstance"]["shardAssignments"]["nodeToRunner"]) == [a_id], inst
     served(a)
 
 
