@@ -35,8 +35,9 @@ class OutOfOrder(ValueError):
     """An event whose index is not the next one: the replica must re-sync."""
 
 
-def _runner_ids(state: State) -> set[str]:
-    return {rid for inst in state.instances.values() for rid in inst.runner_to_shard}
+def _has_runner(state: State, runner_id: str) -> bool:
+    """Whether an instance has this runner (a scan, no set of every runner built per event)."""
+    return any(runner_id in inst.runner_to_shard for inst in state.instances.values())
 
 
 def apply(state: State, indexed: IndexedEvent) -> State:
@@ -66,7 +67,7 @@ def _apply(state: State, event: object) -> State:
         return replace(state, instances=instances, runners=runners,
                        deleted=_trim(deleted))
     if isinstance(event, RunnerStatusUpdated):
-        if event.runner_id not in _runner_ids(state):
+        if not _has_runner(state, event.runner_id):
             return state  # a runner of no instance (late report after a delete) is ignored
         return replace(state, runners={**state.runners, event.runner_id: event.status})
     if isinstance(event, TaskCreated):

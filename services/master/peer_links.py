@@ -20,7 +20,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from skulk.services.base import ServiceLoop
-from skulk.wire import curve
+from skulk.wire import codec, curve
 from skulk.wire.cluster import Member
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket, send
@@ -103,5 +103,10 @@ class PeerLinks:
         return True
 
     def broadcast(self, msg: Message) -> None:
-        for node_id in list(self.socks):
-            self.send(node_id, msg)
+        """To every linked master: encoded once (a batch of events for N peers is not N encodings)."""
+        frame = codec.encode(msg)
+        for sock in list(self.socks.values()):
+            try:
+                sock.send(frame, zmq.NOBLOCK)
+            except zmq.Again:
+                pass

@@ -3,6 +3,7 @@ nor one on a node restarting in place (its runners are about to stop)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,15 +36,15 @@ def rank0(inst: Instance) -> str:
     return next(rid for rid, shard in inst.runner_to_shard.items() if shard.device_rank == 0)
 
 
-def load(state: State, instance_id: str, reported: Mapping[str, int] | None = None) -> int:
-    """An instance's load: the larger of what its rank-0 runner reports (requests in its batch
+def loads(state: State, instances: list[Instance], reported: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Each instance's load: the larger of what its rank-0 runner reports (requests in its batch
     and waiting; the truth about the runner, a report or so late) and the open tasks routed to
-    it (which count a burst routed since that report)."""
-    tasks = sum(1 for t in state.tasks.values()
-                if t.instance_id == instance_id and t.status in OPEN_STATUSES)
-    inst = state.instances.get(instance_id)
-    runner = reported.get(rank0(inst), 0) if reported and inst is not None else 0
-    return max(tasks, runner)
+    it (which count a burst routed since that report). One pass over the tasks for all of them."""
+    wanted = {i.instance_id for i in instances}
+    tasks = Counter(t.instance_id for t in state.tasks.values()
+                    if t.instance_id in wanted and t.status in OPEN_STATUSES)
+    return {i.instance_id: max(tasks[i.instance_id], reported.get(rank0(i), 0) if reported else 0)
+            for i in instances}
 
 
 def route(state: State, model_id: str, reported: Mapping[str, int] | None = None) -> Route | RouteError:
@@ -58,6 +59,7 @@ def route(state: State, model_id: str, reported: Mapping[str, int] | None = None
                        {"node restarting" for i in candidates for n in i.node_to_runner if n in state.restarting})
         return RouteError(503, NO_READY_INSTANCE.format(model=model_id, kinds=", ".join(kinds)),
                           RejectReason.NOT_READY)
-    best = min(ready, key=lambda i: (load(state, i.instance_id, reported), i.instance_id))
+    load = loads(state, ready, reported)
+    best = min(ready, key=lambda i: (load[i.instance_id], i.instance_id))
     rid = rank0(best)
     return Route(best, rid, state.runners[rid].endpoint)
