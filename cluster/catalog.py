@@ -5,10 +5,13 @@ API lists and places any model of the cluster without reading a disk."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from skulk.wire.message import Message
 from skulk.wire.models import ModelCard
+
+if TYPE_CHECKING:
+    from skulk.cluster.state import State
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,3 +46,14 @@ def cards_of(catalog: dict[str, NodeCatalogUpdated]) -> dict[str, ModelCard]:
         for card in entry.cards:
             out.setdefault(card.model_id, card)
     return dict(sorted(out.items()))
+
+
+def catalogs_pending(state: State, members: int) -> list[str]:
+    """Who may have a model the catalog does not list yet: nodes of the state whose models
+    have not been reported, and "N more" for live members (this node's gossip) the state does
+    not list yet. A lookup that finds nothing is info-pending while this is not empty."""
+    reported = {e.node_id for e in state.catalog.values()}
+    pending = [state.nodes[n].friendly_name or n for n in sorted(state.nodes) if n not in reported]
+    if members > len(state.nodes):
+        pending.append(f"{members - len(state.nodes)} more")
+    return pending

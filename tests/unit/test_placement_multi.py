@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from skulk.cluster.catalog import NodeCatalogUpdated, catalogs_pending
 from skulk.cluster.placement import GIB, PlacementError, layer_split, place, ring_port
 from skulk.cluster.reducer import apply
 from skulk.cluster.state import IndexedEvent, NodeGatheredInfo, NodeInfo, State
@@ -118,7 +119,6 @@ def test_exclusions_unknown_ids_are_ignored():
 
 
 def test_a_model_no_store_has_is_placed_only_on_the_nodes_that_hold_it():
-    from skulk.cluster.catalog import NodeCatalogUpdated
 
     state = cluster(("a", 64, 48), ("b", 64, 48), ("c", 64, 48))
     on_b = replace(state, catalog={"b": NodeCatalogUpdated(node_id="b", cards=(CARD,)),
@@ -216,3 +216,14 @@ def test_a_one_node_instance_counts_the_drafter_its_card_names():
     assert isinstance(place(tight, PlaceInstance(command_id="c", card=card), ids()), PlacementError)
     assert not isinstance(place(tight, PlaceInstance(command_id="c", card=replace(card, drafter="")), ids()),
                           PlacementError)
+
+
+def test_a_model_lookup_is_pending_while_a_node_or_a_member_has_not_reported_its_models():
+    state = cluster(("a", 64, 60), ("b", 64, 60))
+    assert catalogs_pending(state, members=2) == ["mac-a", "mac-b"]
+    state = replace(state, catalog={"a": NodeCatalogUpdated(node_id="a", cards=())})
+    assert catalogs_pending(state, members=2) == ["mac-b"]
+    assert catalogs_pending(state, members=3) == ["mac-b", "1 more"]  # gossip knows a node the state does not
+    state = replace(state, catalog={**state.catalog, "store": NodeCatalogUpdated(node_id="b", cards=(),
+                                                                                  in_store=True)})
+    assert catalogs_pending(state, members=2) == []  # only now is a missing model a 404
