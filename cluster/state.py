@@ -145,6 +145,10 @@ class TaskParams(Message):
     tools: str = ""  # the request's `tools` as JSON text, for the chat template ("" for none)
     enable_thinking: bool | None = None  # passed to the chat template where it takes it
     reasoning_effort: str = ""  # passed to the chat template where it takes it
+    # The answer's tokens an instance lost mid-answer had already sent (`api.resume`): the new
+    # runner prefills them after the prompt and replays them through its output, unsent, and
+    # the answer goes on from there; they count in `max_tokens` and in the usage's completion.
+    continuation: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,3 +353,10 @@ class StateHead(Message):
     TYPE: ClassVar[str] = "state.head"
     idx: int
     session: str
+
+
+def serving(state: State, inst: Instance) -> bool:
+    """Every runner of the instance reports Ready or Running (and has an endpoint), and none of
+    its nodes is restarting in place (marked before its runners stop, cleared by its new image)."""
+    return all(rid in state.runners and state.runners[rid].kind in SERVING_KINDS
+               for rid in inst.runner_to_shard) and not any(n in state.restarting for n in inst.node_to_runner)

@@ -32,6 +32,25 @@ NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """`api.resume`: a request whose instance is lost mid-answer goes on elsewhere at most
+    `max_attempts` times (0: never), each time waiting at most `wait_s` for a serving instance."""
+
+    max_attempts: int = 2
+    wait_s: float = 30.0
+
+
+def parse_resume(value: Any, where: str) -> Resume:
+    if not isinstance(value, dict) or set(value) - {"max_attempts", "wait_s"}:
+        raise ConfigError(f"{where} takes max_attempts and wait_s only")
+    resume = Resume(max_attempts=typed(value.get("max_attempts", 2), int, f"{where}.max_attempts"),
+                    wait_s=typed(value.get("wait_s", 30.0), float, f"{where}.wait_s"))
+    if not 0 <= resume.max_attempts <= 100 or not 0 < resume.wait_s <= 3600:
+        raise ConfigError(f"{where}: max_attempts must be in 0..100 and wait_s in (0, 3600]")
+    return resume
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
     intensity: int
     period_s: float
@@ -79,6 +98,7 @@ class NodeConfig:
     api_threads: int = 128
     api_keepalive_s: float = 10.0
     api_stall_timeout_s: float = 120.0
+    api_resume: Resume = field(default_factory=Resume)
     api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)  # read by the API itself from the file
     api_open_admin: bool = False  # no keys on a non-loopback address: admin routes open to everyone
     api_max_body_mb: float = 32.0
@@ -120,7 +140,7 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
             "keys": ("api_keys", list), "open_admin": ("api_open_admin", bool),
             "max_body_mb": ("api_max_body_mb", float), "max_messages": ("api_max_messages", int),
             "max_streams_per_key": ("api_max_streams_per_key", int),
-            "write_timeout_s": ("api_write_timeout_s", float)},
+            "write_timeout_s": ("api_write_timeout_s", float), "resume": ("api_resume", dict)},
     "runner": {"warmup_deadline_s": ("warmup_deadline_s", float), "step_deadline_s": ("step_deadline_s", float),
                "group_connect_deadline_s": ("group_connect_deadline_s", float),
                "recreate_backoff_s": ("recreate_backoff_s", float),
@@ -138,7 +158,7 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
     "logging": {"enabled": ("log_json", bool), "ingest_url": ("log_ingest_url", str),
                 "max_file_mb": ("log_file_mb", int), "max_files": ("log_files", int)},
 }
-_PARSED: dict[str, Callable[[Any, str], Any]] = {"api.keys": api_keys.parse}
+_PARSED: dict[str, Callable[[Any, str], Any]] = {"api.keys": api_keys.parse, "api.resume": parse_resume}
 """Settings of `_YAML` whose value is more than a scalar or a list of strings: parsed whole."""
 _BUDGETS = {"supervisor": "root_budget", "runners_supervisor": "runners_budget"}
 _SECTIONS = {"model_store": "model_store"}

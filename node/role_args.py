@@ -51,6 +51,8 @@ class ApiArgs(Argv):
     threads: int = 128
     keepalive: float  # api.keepalive_s
     stall_timeout: float  # api.stall_timeout_s
+    resume_attempts: int = 2  # api.resume.max_attempts
+    resume_wait: float = 30.0  # api.resume.wait_s
     open_admin: bool = False  # keys are read from `config_file`, never given here (`ps` shows arguments)
     max_body_mb: float = 32.0
     max_messages: int = 1024

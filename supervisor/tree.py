@@ -54,6 +54,7 @@ def role_settings(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0
     if role == "api":
         return ApiArgs(listen=cfg.listen, port=cfg.api_port, node_id=node_id, workers=cfg.api_workers,
                        threads=cfg.api_threads, keepalive=cfg.api_keepalive_s, stall_timeout=cfg.api_stall_timeout_s,
+                       resume_attempts=cfg.api_resume.max_attempts, resume_wait=cfg.api_resume.wait_s,
                        open_admin=cfg.api_open_admin, max_body_mb=cfg.api_max_body_mb,
                        max_messages=cfg.api_max_messages, max_streams_per_key=cfg.api_max_streams_per_key,
                        write_timeout=cfg.api_write_timeout_s, config_file=str(config_file(cfg)),

@@ -108,6 +108,7 @@ class TokenChunk(Message):
     top_logprobs: tuple[TopLogprob, ...] = ()
     reasoning: bool = False  # thinking text (between the model's think markers): `reasoning_content`
     tool_calls: tuple[ToolCall, ...] = ()  # calls parsed from the output, sent once, at the end
+    index: int = 0  # which token of the answer this is (1: the first; a token may give two chunks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,6 +185,7 @@ class RankInsert(Message):
     seed: int
     cached: int
     grammar: str = ""  # the request's output grammar: every rank masks its logits alike
+    continued: int = 0  # the prompt's last tokens are this many output tokens (a resumed answer): the grammar has them
     trace_task: str = ""  # the task id when the request is traced: every rank records its spans
 
 

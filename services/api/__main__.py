@@ -191,7 +191,8 @@ def main() -> None:
         log.error("api cannot listen on %s:%d: %s", api.listen, api.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
     ApiApplication(runtime, sock, api.workers, api.threads, graceful_s=3.0, node_id=api.node_id,
-                   timing=StreamTiming(stall_s=api.stall_timeout, keepalive_s=api.keepalive),
+                   timing=StreamTiming(stall_s=api.stall_timeout, keepalive_s=api.keepalive,
+                                       resume_attempts=api.resume_attempts, resume_wait_s=api.resume_wait),
                    config_file=api.config_file, store=store, staging_root=staging, listen=api.listen,
                    namespace=api.namespace, keys=keys, open_admin=api.open_admin,
                    client_limits=client_limits).run()

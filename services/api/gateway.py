@@ -63,6 +63,8 @@ class StreamTiming:
 
     keepalive_s: float = 10.0
     stall_s: float = 120.0
+    resume_attempts: int = 2  # `api.resume`: a stream whose instance is lost goes on elsewhere (`resume.py`)
+    resume_wait_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

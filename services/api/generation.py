@@ -14,13 +14,14 @@ abandoned request and the master is told how the task ended.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeAlias, cast
 
@@ -29,10 +30,10 @@ from skulk.cluster.state import TaskParams
 from skulk.node import logctx
 from skulk.node.metrics import INTERNAL_ERROR
 from skulk.node.trace_files import now_us
-from skulk.services.api import failover
+from skulk.services.api import failover, resume
 from skulk.services.api.chat_request import DEFAULT_MAX_TOKENS
 from skulk.services.api.event_record import EventRecorder
-from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable
+from skulk.services.api.gateway import Gateway, KeepAlive, MasterUnavailable, StreamTiming
 from skulk.services.api.metering import ApiShape, StreamMeter
 from skulk.services.api.request_trace import RequestTrace
 from skulk.wire.commands import (
@@ -98,6 +99,9 @@ class Stream:
     _closed: bool = False
     meter: StreamMeter | None = None  # the request's metrics (`metering.py`), set by `open`
     trace: RequestTrace | None = None  # the API's spans when the task is traced (`request_trace.py`)
+    default_budget: bool = False  # the client gave no max_tokens (a continuation asks the same)
+    sent: dict[int, int] = field(default_factory=dict)  # the answer's tokens passed on, by index
+    resumes: int = 0  # continuations on another instance so far (`resume.py`)
 
     @property
     def command_id(self) -> str:
@@ -110,11 +114,16 @@ class Stream:
                     event = next(self._events, None)
                 if event is None:
                     return
+                if isinstance(event, Failed) and resume.resumable(event, self.resumes, self._timing.resume_attempts):
+                    if (yield from self._resume(event)):
+                        continue
                 if isinstance(event, (Done, Failed)):
                     self._outcome = event
                 if self.meter is not None:
                     self.meter.saw(event, time.monotonic())
                 if isinstance(event, TokenChunk):
+                    if event.index:
+                        self.sent[event.index] = event.token
                     if self.trace is not None:
                         self.trace.chunk()
                     if self.generation.events is not None:
@@ -124,6 +133,41 @@ class Stream:
                     return
         finally:
             self.close()
+
+    @property
+    def _timing(self) -> StreamTiming:
+        return self.generation.gateway.timing
+
+    def _resume(self, failed: Failed) -> Generator[Event, None, bool]:
+        """Go on with the answer on another serving instance (True), keep-alives meanwhile, or
+        give up (False: the client gets `failed`). The lost task is recorded as failed."""
+        tokens = resume.continuation(self.sent)
+        if tokens is None or len(tokens) >= self.params.max_tokens:
+            return False
+        self.resumes += 1
+        gen = self.generation
+        with _bound(self.routed):
+            log.warning("request %s: %s after %d tokens; going on elsewhere (attempt %d of %d)",
+                        self.command_id, failed.reason, len(tokens), self.resumes, self._timing.resume_attempts)
+            gen.finished(self.routed, failed)
+        params = replace(self.params, continuation=tokens)
+        deadline = time.monotonic() + self._timing.resume_wait_s
+        while True:
+            opened = gen.reopen(params, self.default_budget)
+            if isinstance(opened, tuple):
+                self.routed, self._events = opened
+                with _bound(self.routed):
+                    log.info("request %s: resumed on %s of instance %s", self.routed.command_id,
+                             self.routed.runner_id, self.routed.instance_id)
+                return True
+            if not opened or time.monotonic() >= deadline:
+                log.warning("request %s: no instance to go on with (%s)", self.command_id,
+                            f"waited {self._timing.resume_wait_s:.0f}s" if opened else "refused")
+                return False
+            yield KeepAlive()
+            state = gen.replica.get(timeout=0)
+            gen.replica.wait_change(state.last_event_applied_idx if state else -1,
+                                    min(1.0, max(0.0, deadline - time.monotonic())))
 
     def close(self) -> None:
         """The bookkeeping, once: drop an abandoned request at its runner, tell the master."""
@@ -192,13 +236,31 @@ class Generation:
         return stream
 
     def _open(self, params: TaskParams) -> Stream:
+        """Routed and admitted; while the model's lost capacity comes back (`resume.recovering`:
+        no instance serves yet, or the one routed to was lost before admitting the request),
+        asked again, for at most `api.resume.wait_s`."""
+        deadline = time.monotonic() + self.gateway.timing.resume_wait_s
+        attempts = 0
+        while True:
+            try:
+                return self._open_once(params)
+            except GenerationError as exc:
+                if exc.reason in resume.RESUMABLE and attempts < self.gateway.timing.resume_attempts \
+                        and time.monotonic() < deadline:
+                    attempts += 1  # lost before it admitted the request: nothing was sent yet
+                    log.warning("request for %s: %s before admission; routing it again", params.model, exc.reason)
+                    continue
+                if exc.reason in (*resume.WAIT_FOR, RejectReason.NO_INSTANCE) and self._recovering(params.model,
+                                                                                                    deadline):
+                    continue
+                raise
+
+    def _open_once(self, params: TaskParams) -> Stream:
         opened_us = now_us()
-        limit = self.context_limit(params.model)
         default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
-        params = context_checked(params, limit)
+        params = context_checked(params, self.context_limit(params.model))
         try:  # asked again while the leader changes (a rolling restart): `failover.py`
-            routed = failover.route(self.gateway, lambda: TextGeneration(
-                command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params))
+            routed = failover.route(self.gateway, functools.partial(self._command, params))
         except MasterUnavailable as exc:
             raise GenerationError(503, RejectReason.NO_LEADER, str(exc)) from None
         if isinstance(routed, CommandRejected):
@@ -214,6 +276,20 @@ class Generation:
             stream = self._admitted(routed, params, default_budget, trace)
             stream.trace = trace
             return stream
+
+    def _command(self, params: TaskParams) -> TextGeneration:
+        return TextGeneration(command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params)
+
+    def _recovering(self, model: str, deadline: float) -> bool:
+        """Wait (a state change, at most a second) if the model's lost capacity is coming back
+        and the deadline allows: True to ask again, False to answer now (`api.resume` off: never)."""
+        state = self.replica.get(timeout=0)
+        if not self.gateway.timing.resume_attempts or state is None or not resume.recovering(state, model) \
+                or time.monotonic() >= deadline:
+            return False
+        log.info("no instance of %s serves yet, one is coming back: waiting", model)
+        self.replica.wait_change(state.last_event_applied_idx, min(1.0, deadline - time.monotonic()))
+        return True
 
     def _admitted(self, routed: Routed, params: TaskParams, default_budget: bool,
                   trace: RequestTrace | None = None) -> Stream:
@@ -243,7 +319,35 @@ class Generation:
             rest: Iterator[object] = itertools.chain(quiet, events)
         else:
             rest = itertools.chain(quiet, [first], events)
-        return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest))
+        return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest),
+                      default_budget=default_budget)
+
+    def reopen(self, params: TaskParams, default_budget: bool) -> tuple[Routed, Iterator[Event]] | bool:
+        """A continuation routed and admitted: its route and events; True when it may be
+        worth waiting (no instance serves the model yet, the leader is changing, a runner
+        refused it as busy or was lost too), False when it never will be."""
+        try:
+            routed = failover.route(self.gateway, functools.partial(self._command, params))
+        except MasterUnavailable:
+            return True
+        if isinstance(routed, CommandRejected):
+            return routed.reason in resume.WAIT_FOR
+        assert isinstance(routed, Routed)
+        state = self.replica.get(timeout=0)
+        inst = state.instances.get(routed.instance_id) if state else None
+        events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
+                                     default_budget, routed.trace)
+        quiet: list[KeepAlive] = []
+        first = next(events)
+        while isinstance(first, KeepAlive):
+            quiet.append(first)
+            first = next(events)
+        if isinstance(first, Failed):
+            self.finished(routed, first)
+            return first.reason in resume.RESUMABLE or first.reason == FailReason.BUSY
+        rest = itertools.chain(quiet, events) if isinstance(first, Started) else itertools.chain(quiet, [first], events)
+        return routed, _without_started(rest)
 
     def finished(self, routed: Routed, outcome: Done | Failed | None) -> None:
         """Tell the master how the task ended (without waiting: the client has its answer)."""

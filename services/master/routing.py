@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from skulk.cluster.state import OPEN_STATUSES, SERVING_KINDS, Instance, State
+from skulk.cluster.state import OPEN_STATUSES, Instance, State, serving
 from skulk.wire.commands import NO_INSTANCE, NO_READY_INSTANCE, RejectReason
 
 
@@ -23,13 +23,6 @@ class Route:
     instance: Instance
     runner_id: str
     endpoint: str
-
-
-def serving(state: State, inst: Instance) -> bool:
-    """Every runner of the instance reports Ready or Running (and has an endpoint), and none of
-    its nodes is restarting in place (marked before its runners stop, cleared by its new image)."""
-    return all(rid in state.runners and state.runners[rid].kind in SERVING_KINDS
-               for rid in inst.runner_to_shard) and not any(n in state.restarting for n in inst.node_to_runner)
 
 
 def rank0(inst: Instance) -> str:

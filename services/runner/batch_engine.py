@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, drafter, sampling, speculate, warmup
-from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut, output_of
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.quant_path import QuantMode
 from skulk.services.runner.ring import Ring, load_model
@@ -161,21 +161,22 @@ class MlxBatchEngine:
                                all_tokens=prefixes,
                                samplers=[sampling.make(i.temperature, i.top_p, i.top_k, i.min_p, i.seed)
                                          for i in inserts],
-                               logits_processors=[self._processors(i.grammar) for i in inserts])
+                               logits_processors=[self._processors(i.grammar, output_of(i)) for i in inserts])
         self.joined += len(inserts)
         self.spec_rows.update({i.uid: i.temperature <= 0.0 for i in inserts if not i.grammar})
         if list(uids) != [i.uid for i in inserts]:
             raise RuntimeError(f"batch uids {uids} differ from the plan's {[i.uid for i in inserts]}")
         return cached
 
-    def _processors(self, grammar: str) -> list[Any]:
-        """A constrained request's grammar processor (none for the others: they cost nothing)."""
+    def _processors(self, grammar: str, already: Sequence[int] = ()) -> list[Any]:
+        """A constrained request's grammar processor (none for the others: they cost nothing);
+        `already`: the output a resumed answer has."""
         if not grammar:
             return []
         from skulk.services.runner.grammar import GrammarProcessor
 
         return [GrammarProcessor(self.tokenizer._tokenizer, self.vocab_size,  # noqa: SLF001
-                                 sorted(self.tokenizer.eos_token_ids), grammar)]
+                                 sorted(self.tokenizer.eos_token_ids), grammar, already)]
 
     def _fetch(self, prompt: list[int]) -> tuple[Any, list[int]]:
         """The nearest cached prefix of `prompt` (a copy) and the tokens still to prefill (never

@@ -118,6 +118,9 @@ class Batcher:
             return refuse(FailReason.BAD_REQUEST, "the prompt is empty after the chat template")
         if msg.default_max_tokens and limit > 0:  # the default output budget: what fits after the prompt
             params = replace(params, max_tokens=max(1, min(params.max_tokens, limit - len(prompt))))
+        if len(params.continuation) >= params.max_tokens:
+            return refuse(FailReason.BAD_REQUEST, f"a continuation of {len(params.continuation)} tokens leaves "
+                                                  f"nothing of max_tokens {params.max_tokens}")
         if scheduler.exceeds(len(prompt), params.max_tokens, limit):
             return refuse(FailReason.CONTEXT_LENGTH_EXCEEDED,
                           scheduler.context_message(len(prompt), params.max_tokens, limit))
@@ -159,7 +162,9 @@ class Batcher:
         joiners = [self.waiting.popleft()
                    for _ in range(scheduler.joining(len(self.running), len(self.waiting), self.limits))]
         first = self.engine.next_uid()
-        inserts = tuple(RankInsert(uid=first + i, prompt=tuple(s.prompt), max_tokens=s.params.max_tokens,
+        inserts = tuple(RankInsert(uid=first + i, prompt=(*s.prompt, *s.params.continuation),
+                                   max_tokens=s.params.max_tokens - len(s.params.continuation),
+                                   continued=len(s.params.continuation),
                                    temperature=0.0 if s.params.temperature is None else s.params.temperature,
                                    top_p=1.0 if s.params.top_p is None else s.params.top_p,
                                    top_k=s.params.top_k or 0, min_p=s.params.min_p or 0.0,

@@ -17,6 +17,12 @@ from skulk.cluster.state import TaskParams
 from skulk.wire.inference import RankInsert
 
 
+def output_of(insert: RankInsert) -> tuple[int, ...]:
+    """The output tokens a resumed answer's prompt ends with (none for a new one): a grammar
+    starts after them."""
+    return insert.prompt[len(insert.prompt) - insert.continued:] if insert.continued else ()
+
+
 class EngineRefused(RuntimeError):
     """This engine cannot run this checkpoint here (a file it cannot read, an architecture it
     lacks, a context it cannot make). Typed, so that the runner exits `ENGINE_REFUSED` and the

@@ -9,6 +9,7 @@ from `RankInsert.grammar`, so their samples stay identical.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -30,12 +31,15 @@ class GrammarMask:
     """One request's grammar over an llguidance tokenizer: `allowed(last)` is the mask of the
     next token (`last`: the token sampled since the previous call, None on the first call)."""
 
-    def __init__(self, lltokenizer: Any, vocab: int, grammar: str) -> None:
+    def __init__(self, lltokenizer: Any, vocab: int, grammar: str, already: Sequence[int] = ()) -> None:
+        """`already`: output tokens the answer has (a resumed one): the grammar starts after them."""
         import llguidance
 
         self.matcher = llguidance.LLMatcher(lltokenizer, grammar, log_level=0)
         if self.matcher.is_error():
             raise ValueError(f"response_format: {self.matcher.get_error()}")
+        for token in already:
+            self.matcher.consume_token(token)
         self.vocab = vocab
 
     def allowed(self, last: int | None) -> np.ndarray | None:
@@ -52,8 +56,9 @@ class GrammarProcessor:
     calls it once per sampled token with the row's context; the first call comes before any
     output token, every later call has exactly one new token at the end."""
 
-    def __init__(self, hf_tokenizer: Any, vocab: int, eos: list[int], grammar: str) -> None:
-        self.mask = GrammarMask(_tokenizer(hf_tokenizer, vocab, eos), vocab, grammar)
+    def __init__(self, hf_tokenizer: Any, vocab: int, eos: list[int], grammar: str,
+                 already: Sequence[int] = ()) -> None:
+        self.mask = GrammarMask(_tokenizer(hf_tokenizer, vocab, eos), vocab, grammar, already)
         self.started = False
 
     def __call__(self, tokens: Any, logits: Any) -> Any:

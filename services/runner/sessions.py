@@ -60,13 +60,25 @@ class Session:
 
     def on_inserted(self, uid: int, cached: int, detok: Any, now: float) -> None:
         self.uid, self.cached, self.detok, self.inserted_at = uid, cached, detok, now
+        self._replay(self.params.continuation)
+
+    def _replay(self, tokens: tuple[int, ...]) -> None:
+        """A resumed answer's tokens, sent already by the instance that was lost: through the
+        detokenizer, the channels and the stop strings as if generated, and nothing sent, so
+        that what follows continues their text (a stop string or a character split at the seam,
+        text the lost runner held back, a tool call begun before it)."""
+        for token in tokens:
+            self.detok.add_token(token)
+            _reasoning, content = self._channels(self.detok.last_segment, final=False)
+            self.stops.feed(content)
+        self.completion_tokens += len(tokens)
 
     def on_token(self, out: TokenOut, engine: Engine, now: float) -> list[TokenChunk | Done]:
         """The client's messages for one token; a stop string ends the session here (the loop
         then removes it from the batch), the engine's own finish ("length", EOS) too."""
         if self.done:
             return []  # a token generated in the step before a stop-string removal took effect
-        if not self.completion_tokens:
+        if not self.first_token_at:  # (a resumed answer's replayed tokens were not generated here)
             self.first_token_at = now
             self.prefilled_at = self.prefilled_at or now
         self.last_token_at = now
@@ -90,7 +102,7 @@ class Session:
         if hit or out.finish is not None:
             if self.tool_calls:
                 messages.append(TokenChunk(request_id=self.request_id, seq=self.seq, text="", token=out.token,
-                                           tool_calls=tuple(self.tool_calls)))
+                                           tool_calls=tuple(self.tool_calls), index=self.completion_tokens))
                 self.seq += 1
             reason = "stop" if hit or out.finish is None else out.finish  # not a hit: the engine's finish
             messages.append(self.finish("tool_calls" if self.tool_calls and reason == "stop" else reason, engine))
@@ -138,7 +150,8 @@ class Session:
             extra |= {"logprob": logprob, "token_bytes": engine.piece(out.token).encode(),
                      "top_logprobs": tuple(TopLogprob(token=(p := engine.piece(t)), logprob=lp,
                                                       token_bytes=p.encode()) for t, lp in top)}
-        chunk = TokenChunk(request_id=self.request_id, seq=self.seq, text=text, token=out.token, **extra)
+        chunk = TokenChunk(request_id=self.request_id, seq=self.seq, text=text, token=out.token,
+                           index=self.completion_tokens, **extra)
         self.seq += 1
         return chunk
 
@@ -148,11 +161,12 @@ class Session:
         self.done = True
         prefill_s = self.first_token_at - self.inserted_at if self.first_token_at else 0.0
         decode_s = self.last_token_at - self.first_token_at
-        prefilled = len(self.prompt) - self.cached
+        generated = self.completion_tokens - len(self.params.continuation)
+        prefilled = len(self.prompt) + len(self.params.continuation) - self.cached
         return Done(request_id=self.request_id, seq=self.seq, finish_reason=reason,
                     prompt_tokens=len(self.prompt), completion_tokens=self.completion_tokens,
                     prompt_tps=prefilled / prefill_s if prefill_s > 0 else 0.0,
-                    generation_tps=(self.completion_tokens - 1) / decode_s if decode_s > 0 else 0.0,
+                    generation_tps=(generated - 1) / decode_s if decode_s > 0 else 0.0,
                     peak_memory_bytes=engine.peak_memory(), cached_tokens=self.cached,
                     stop_string=self.stops.hit, accepted_prediction_tokens=self.accepted,
                     rejected_prediction_tokens=self.rejected)

@@ -10,6 +10,10 @@ from tests.integration.harness import Node, wait_until
 
 MODEL = "skulk/demo-tiny"
 
+NO_RESUME = {"api": {"resume": {"max_attempts": 0}}}
+"""A node whose API never goes on with a lost stream elsewhere (`api.resume`): for tests of the
+error a client gets when its runner or node is lost."""
+
 
 def http_json(url: str, body: Any = None, method: str | None = None,
               timeout: float = 30) -> tuple[int, Any]:

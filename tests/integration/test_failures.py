@@ -11,7 +11,7 @@ from skulk.supervisor.tree import ROLES
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
-from tests.integration.serving import MODEL, http_json
+from tests.integration.serving import MODEL, NO_RESUME, http_json
 from tools.stream_load import StreamLoad, chat_body, summary
 
 
@@ -138,7 +138,7 @@ def test_a_drain_ends_at_its_deadline_and_a_stop_cuts_it_short(nodes, demo_model
     During the next drain an orderly stop stops the node at once, exit 0."""
     from tests.integration.serving import wait_model_ready
 
-    node = nodes(config={"node": {"drain_timeout_s": 1.5}}, env={"SKULK_FAULTS": "runner@decode:8=slow:6"},
+    node = nodes(config={"node": {"drain_timeout_s": 1.5}, **NO_RESUME}, env={"SKULK_FAULTS": "runner@decode:8=slow:6"},
                  args=("--place", MODEL), models={DEMO_DIR: demo_model})
     wait_model_ready(node)
     log = node.home / "logs" / "supervisor.log"

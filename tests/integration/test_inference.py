@@ -14,13 +14,13 @@ import openai
 import pytest
 
 from tests.integration.conftest import DEMO_DIR
-from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
+from tests.integration.serving import MODEL, NO_RESUME, http_json, sse_events, wait_model_ready
 
 PROMPT = "Beautiful is better than ugly."
 
 
-def serve(start, demo_model):
-    node = start(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+def serve(start, demo_model, config=None):
+    node = start(args=("--place", MODEL), models={DEMO_DIR: demo_model}, config=config)
     # A node's own models are listed from the API's first answer (before its master has a state
     # or has indexed the store's first catalog report).
     listed = http_json(f"{node.url}/v1/models")[1]["data"]
@@ -40,8 +40,9 @@ def shared(module_nodes, demo_model):
 
 @pytest.fixture
 def serving(nodes, demo_model):
-    """A node of the test's own, for tests that kill its runner or delete its instance."""
-    return serve(nodes, demo_model)
+    """A node of the test's own, for tests that kill its runner or delete its instance (and
+    check the error its clients get: a lost stream does not go on elsewhere)."""
+    return serve(nodes, demo_model, config=NO_RESUME)
 
 
 def client(node) -> openai.OpenAI:

@@ -30,7 +30,7 @@ import pytest
 from tests.integration import batch_clients as bc
 from tests.integration.harness import wait_until
 from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
-from tests.integration.serving import abandon_after, http_json, sse_events, wait_model_ready
+from tests.integration.serving import NO_RESUME, abandon_after, http_json, sse_events, wait_model_ready
 
 N = 24
 TIE = 0.3
@@ -53,7 +53,7 @@ def llama_node(module_nodes, real_model):
     # Beside another test file (pytest-xdist) one compute thread: two would fight that file for both cores.
     threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
     node = module_nodes("llama", args=("--place", REAL), models={REAL_DIR: real_model},
-                        config={"runner": {"threads": threads}})
+                        config={"runner": {"threads": threads}, **NO_RESUME})  # a killed runner's error is tested
     wait_model_ready(node, timeout=180)
     return node
 

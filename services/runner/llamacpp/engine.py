@@ -27,7 +27,15 @@ import numpy as np
 
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import warmup
-from skulk.services.runner.engine import Detokenizer, EngineRefused, OutputFormat, PromptProgress, StepOutput, TokenOut
+from skulk.services.runner.engine import (
+    Detokenizer,
+    EngineRefused,
+    OutputFormat,
+    PromptProgress,
+    StepOutput,
+    TokenOut,
+    output_of,
+)
 from skulk.services.runner.grammar import GrammarMask
 from skulk.services.runner.llamacpp.batch import Batch
 from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
@@ -193,7 +201,8 @@ class LlamaCppEngine:
             for i, ins in enumerate(inserts):
                 if ins.uid != self.uid_count + i:
                     raise RuntimeError(f"batch uid {self.uid_count + i} differs from the plan's {ins.uid}")
-                grammar = GrammarMask(self._grammar_tokenizer(), self.vocab_size, ins.grammar) if ins.grammar else None
+                grammar = (GrammarMask(self._grammar_tokenizer(), self.vocab_size, ins.grammar, output_of(ins))
+                           if ins.grammar else None)
                 sampler = Sampler(ins.temperature, ins.top_p, ins.top_k, ins.min_p, ins.seed)
                 row = _Row(ins.uid, self._take_sequence(), list(ins.prompt), ins.max_tokens, sampler, grammar, 0)
                 added.append(row)
