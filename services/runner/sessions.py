@@ -167,6 +167,6 @@ class Session:
                     prompt_tokens=len(self.prompt), completion_tokens=self.completion_tokens,
                     prompt_tps=prefilled / prefill_s if prefill_s > 0 else 0.0,
                     generation_tps=(generated - 1) / decode_s if decode_s > 0 else 0.0,
-                    peak_memory_bytes=engine.peak_memory(), cached_tokens=self.cached,
+                    peak_memory_bytes=engine.peak_memory(), cached_tokens=min(self.cached, len(self.prompt)),
                     stop_string=self.stops.hit, accepted_prediction_tokens=self.accepted,
                     rejected_prediction_tokens=self.rejected)

@@ -2,7 +2,8 @@
 decode are bit-identical on the CPU, so a resumed greedy answer can be compared exactly), a
 greedy stream through the third node's API, the node serving it SIGKILLed mid-answer. The
 client gets one stream with no error whose text is the undisturbed answer, token for token,
-and whose usage counts the prompt once and every token once."""
+and whose usage counts the prompt once and every token once. And every client shape goes on
+after its runner crashes mid-answer (the demo model on one node)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,26 @@ import http.client
 import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from typing import Any
 
+import anthropic
+import ollama
+import openai
+
 from tests.integration import batch_clients as bc
 from tests.integration.cluster import FAST, converged, node_args, state_of
+from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.real_model import REAL, REAL_DIR
-from tests.integration.serving import http_json, sse_events
+from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
 
 MLX = {"runner": {"engine": "mlx"}}
 PROMPT = "Write a short story about a fox who finds a lantern in the forest."
 TOKENS = 48
+SHAPE_PROMPT = "Tell me about the sea."
 
 
 def ready_instances(node) -> dict[str, str]:
@@ -87,5 +96,53 @@ def test_a_stream_whose_node_is_killed_mid_answer_goes_on_elsewhere_as_if_nothin
             os.killpg(killed.pid, signal.SIGKILL)  # the node serving this stream, mid-answer
     assert killed is not None and not errors, errors
     assert text == want, (text, want)
-    assert usage == undisturbed["usage"], (usage, undisturbed["usage"])
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")  # (a prefix cache may differ)
+    assert usage is not None and {k: usage[k] for k in counts} == {k: undisturbed["usage"][k] for k in counts}, usage
+    assert usage["prompt_tokens_details"]["cached_tokens"] <= usage["prompt_tokens"], usage
     print(f"killed the serving node after {len(want) // 4}+ characters; the answer went on elsewhere: {text!r}")
+
+
+SHAPE_TOKENS = 300
+
+
+def test_every_client_shape_goes_on_after_its_runner_is_killed_mid_answer(nodes, demo_model):
+    """The demo model, two instances on one node: each client shape's greedy stream has the
+    runner serving it SIGKILLed at its first text; the answer goes on on the other instance
+    (or the re-created one) and equals mlx-lm's own, with no error."""
+    out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(demo_model),
+                          str(SHAPE_TOKENS), json.dumps([SHAPE_PROMPT])], capture_output=True, text=True,
+                         timeout=300, check=True)
+    (ref,) = json.loads(out.stdout)
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    wait_model_ready(node)
+    assert http_json(f"{node.url}/place_instance", {"model_id": MODEL})[0] == 200
+    wait_until(node, lambda: len(ready_instances(node)) == 2, 60, "two instances ready")
+    user = [{"role": "user", "content": SHAPE_PROMPT}]
+    oa = openai.OpenAI(base_url=f"{node.url}/v1", api_key="none", max_retries=0, timeout=120)
+    an = anthropic.Anthropic(base_url=node.url, api_key="none", max_retries=0, timeout=120)
+    shapes = {
+        "openai responses": lambda: (e.delta for e in oa.responses.create(
+            model=MODEL, input=user, max_output_tokens=SHAPE_TOKENS, temperature=0, stream=True)
+            if e.type == "response.output_text.delta"),
+        "anthropic messages": lambda: (e.delta.text for e in an.messages.create(
+            model=MODEL, max_tokens=SHAPE_TOKENS, extra_body={"temperature": 0}, messages=user, stream=True)
+            if e.type == "content_block_delta"),
+        "ollama chat": lambda: (p.message.content for p in ollama.Client(host=node.url, timeout=120).chat(
+            model=MODEL, messages=user, stream=True, options={"temperature": 0, "num_predict": SHAPE_TOKENS})),
+    }
+    for shape, stream in shapes.items():
+        text = ""
+        for piece in stream():
+            if not text and piece:
+                iid = wait_until(node, lambda: serving_task(node), 30, "the running task")
+                runner = _runner_of(node, iid)
+                os.kill(node.status()[runner].pid, signal.SIGKILL)  # its runner, mid-answer
+            text += piece
+        assert text == ref["text"], shape
+        print(f"{shape}: its runner killed at the first text; the answer went on, the same")
+
+
+def _runner_of(node, instance_id: str) -> str:
+    inst = (state_of(node) or {})["instances"][instance_id]
+    (runner,) = inst["MlxRingInstance"]["shardAssignments"]["nodeToRunner"].values()
+    return runner
