@@ -270,7 +270,7 @@ def test_a_frozen_rank_shows_as_stuck_in_the_timeline(nodes, demo_model, browser
 LOGIC = """async () => {
   const {splitFrames, parseFrame, streamChat} = await import('/dashboard/sse.js');
   const {stuckReason} = await import('/dashboard/timeline.js');
-  const {statusLabel, instanceViews} = await import('/dashboard/instances.js');
+  const {statusLabel, instanceViews, deletionViews} = await import('/dashboard/instances.js');
   const {acceleratorText} = await import('/dashboard/nodes.js');
   const {bytesOf, fmtBytes} = await import('/dashboard/format.js');
   const split = splitFrames(': command_id c1\\n\\ndata: {"a": 1}\\r\\n\\r\\ndata: [DO');
@@ -296,6 +296,11 @@ LOGIC = """async () => {
              runnerToShard: {r1: {PipelineShardMetadata: {deviceRank: 0, startLayer: 0, endLayer: 4}}}}}}},
              runners: {r1: {RunnerReady: {enginePath: 'cpu fp32', speculation: 'prompt_lookup x4, up to 1 stream'}}}},
              []).map((v) => [v.speculation, v.enginePath]),
+    deletions: deletionViews({deletedInstances: {
+      old: {modelId: 'm', reason: 'lost with node n2 (timed out); placing it again in 2s', cause: 'node_lost',
+            deletedAt: '2026-01-01T00:00:05Z', recreateAt: '2026-01-01T00:00:07Z', replacedBy: 'new'},
+      gone: {modelId: 'm', reason: 'deleted by operator', cause: 'operator', deletedAt: '2026-01-01T00:00:01Z',
+             recreateAt: null, replacedBy: null}}}).map((d) => [d.id, d.cause, d.outcome]),
     accelerators: [acceleratorText({kind: 'cuda', name: 'NVIDIA H200', memory: {inBytes: 140 * 1024 ** 3}, count: 2}),
                    acceleratorText({kind: 'cpu', name: 'AMD EPYC', memory: {inBytes: 0}, count: 1})],
   };
@@ -316,6 +321,7 @@ def test_the_pages_logic_in_the_browser(nodes, browser):
     assert got["labels"] == ["Pending", "Running", "Loading", "Failed", "Warming Up", "Ready"]
     assert got["bytes"] == [5, 7, None, "3.0 GiB", "512 MiB"]
     assert got["spec"] == [["prompt_lookup x4, up to 1 stream", "cpu fp32"]]
+    assert got["deletions"] == [["old", "node lost", "replaced by new"], ["gone", "deleted", ""]], got["deletions"]
     assert got["accelerators"] == ["CUDA · 2 x NVIDIA H200 · 140 GiB", "CPU · AMD EPYC"], got["accelerators"]
     assert got["refused"] == {"what": "POST /v1/chat/completions", "status": 404, "type": "Not Found",
                               "message": "No instance found for model nobody/nothing"}, got["refused"]

@@ -132,9 +132,33 @@ function InstanceCard({view, onTimeline}) {
   </article>`;
 }
 
+// What went away lately and what took its place (/state's deletedInstances), newest first: a
+// lost node's or failed runner's instance placed again, one given up, an operator's deletion.
+export function deletionViews(state) {
+  const CAUSES = {node_lost: 'node lost', runner_failed: 'runner failed', engine_refused: 'engine refused',
+                  given_up: 'given up', operator: 'deleted'};
+  return Object.entries((state && state.deletedInstances) || {}).map(([id, d]) => ({
+    id, modelId: d.modelId, cause: CAUSES[d.cause] || d.cause || 'deleted', reason: d.reason, at: d.deletedAt,
+    outcome: d.replacedBy ? `replaced by ${d.replacedBy}` : d.recreateAt ? `placing again at ${d.recreateAt}` : '',
+  })).sort((a, b) => String(b.at).localeCompare(String(a.at)));
+}
+
+function Deletions({state}) {
+  const rows = deletionViews(state);
+  if (!rows.length) return null;
+  return html`<details class="deletions" data-testid="deletions"><summary>Recent changes (${rows.length})</summary>
+    <table><thead><tr><th>instance</th><th>model</th><th>what</th><th>then</th><th>why</th></tr></thead>
+      <tbody>${rows.map((r) => html`<tr key=${r.id} data-testid="deletion" data-instance-id=${r.id}>
+        <td class="mono">${short(r.id)}</td><td>${r.modelId}</td><td>${r.cause}</td>
+        <td class="mono" data-testid="deletion-outcome">${r.outcome}</td><td class="muted">${r.reason}</td></tr>`)}
+      </tbody></table></details>`;
+}
+
 export function InstancesPanel({state, clusters, onTimeline}) {
   const views = instanceViews(state, clusters);
-  if (!views.length) return html`<p class="muted" data-testid="no-instances">No instance is placed.</p>`;
-  return html`<div class="cards">${views.map((v) => html`<${InstanceCard} key=${v.id} view=${v}
-                                                                      onTimeline=${onTimeline} />`)}</div>`;
+  const cards = views.length
+    ? html`<div class="cards">${views.map((v) => html`<${InstanceCard} key=${v.id} view=${v}
+                                                                      onTimeline=${onTimeline} />`)}</div>`
+    : html`<p class="muted" data-testid="no-instances">No instance is placed.</p>`;
+  return html`${cards}<${Deletions} state=${state} />`;
 }
