@@ -124,6 +124,8 @@ class Stream:
                 if isinstance(event, TokenChunk):
                     if event.index:
                         self.sent[event.index] = event.token
+                    else:  # a runner of an older version: what was sent cannot be continued exactly
+                        self.sent[-1] = event.token
                     if self.trace is not None:
                         self.trace.chunk()
                     if self.generation.events is not None:

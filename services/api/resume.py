@@ -36,7 +36,9 @@ def resumable(failed: Failed, attempts: int, max_attempts: int) -> bool:
 
 def continuation(sent: Mapping[int, int]) -> tuple[int, ...] | None:
     """The answer's tokens so far, in order, from the chunks passed on (by their index); None
-    when one is missing (a chunk from an older runner without indices)."""
+    when one is missing, or a chunk came without an index (a runner of an older version)."""
+    if -1 in sent:
+        return None
     tokens = tuple(sent[i] for i in range(1, len(sent) + 1) if i in sent)
     return tokens if len(tokens) == len(sent) else None
 

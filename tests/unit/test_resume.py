@@ -74,6 +74,7 @@ def test_the_api_goes_on_only_after_a_lost_instance_and_within_its_attempts():
     assert continuation({1: 10, 2: 11, 3: 12}) == (10, 11, 12)
     assert continuation({}) == ()
     assert continuation({1: 10, 3: 12}) is None  # a token missing: nothing to go on from
+    assert continuation({-1: 10}) is None  # a chunk without an index (an older runner)
 
 
 def test_a_request_waits_while_the_models_lost_capacity_comes_back():
