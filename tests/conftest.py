@@ -23,6 +23,7 @@ SLOWEST_FIRST = (
     "integration/test_key_rotation.py",
     "integration/test_failures_under_load.py",
     "integration/test_chaos.py",
+    "integration/test_resume.py",
     "integration/test_failures.py",
     "integration/test_staging.py",
     "integration/test_cluster.py",

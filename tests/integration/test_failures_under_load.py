@@ -166,7 +166,7 @@ def test_node_loss_mid_generation_under_load_heals(nodes, demo_model, how):
     iid = body["instance_id"]
     wait_until(a, lambda: running_runners(a) == {} and any(
         "RunnerReady" in s for s in (state_of(a) or {"runners": {}})["runners"].values()), 60, "ready on b")
-    clients = load(a, streams=3, plain=1, max_tokens=1000)
+    clients = load(a, streams=3, plain=1, max_tokens=300)
     producing(clients, a)
     fault_at = time.monotonic()
     os.killpg(b.pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)

@@ -15,7 +15,7 @@ from typing import Any
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
-from tests.integration.serving import MODEL, http_json, wait_model_ready
+from tests.integration.serving import MODEL, NO_RESUME, http_json, wait_model_ready
 
 SLOW_S = 40.0  # four times the 10 s a silent runner is given
 STEP_DEADLINE_S = 15.0
@@ -32,8 +32,8 @@ def ask(node: Any, out: dict[str, Any]) -> None:
 def test_a_40s_first_step_answers_and_a_step_that_never_returns_fails_at_its_deadline(nodes, demo_model):
     slow = nodes("slow", args=("--place", MODEL), models={DEMO_DIR: demo_model},
                  env={"SKULK_FAULTS": f"runner@prefill=slow:{SLOW_S:.0f}"})
-    stuck = nodes("stuck", config={"runner": {"step_deadline_s": STEP_DEADLINE_S}}, args=("--place", MODEL),
-                  models={DEMO_DIR: demo_model}, env={"SKULK_FAULTS": "runner@prefill=hang"})
+    stuck = nodes("stuck", config={"runner": {"step_deadline_s": STEP_DEADLINE_S}, **NO_RESUME},  # its error
+                  args=("--place", MODEL), models={DEMO_DIR: demo_model}, env={"SKULK_FAULTS": "runner@prefill=hang"})
     slow_runner, stuck_runner = wait_model_ready(slow), wait_model_ready(stuck)
     answers: dict[str, dict[str, Any]] = {"slow": {}, "stuck": {}}
     threads = [threading.Thread(target=ask, args=(n, answers[k])) for k, n in (("slow", slow), ("stuck", stuck))]
