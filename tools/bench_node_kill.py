@@ -1,7 +1,9 @@
 """Benchmark: a node killed mid-stream, N times. Node A serves the API; node B hosts the demo
 model's instance. Each round: place on B, start streams through A, SIGKILL B's whole process
 tree once tokens flow, and time the clients' error events; then relaunch B (same home) and
-wait until it has rejoined.
+wait until it has rejoined. Node A runs with `api.resume.max_attempts: 0`: by default its
+clients' answers would go on elsewhere (`docs/operations.md`), and this measures the error they
+get when that is off or spent.
 
     python -m tools.bench_node_kill [--kills 10] [--streams 3]
 
@@ -65,6 +67,7 @@ def main() -> int:
 
         model_dir = build(root / "shared")
         a, b = BenchNode(root, "a", model_dir), BenchNode(root, "b", model_dir)
+        (a.home / "skulk.yaml").write_text("api:\n  resume:\n    max_attempts: 0\n")  # the error, not the resume
         a.start(NAMESPACE, None)
         b.start(NAMESPACE, a)
         worst_per_round, state_times = [], []
