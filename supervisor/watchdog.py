@@ -62,6 +62,10 @@ class Progress:
         return self.state == RunState.RUNNABLE or self.cpu_s >= MIN_PROGRESS_CPU_S
 
 
+STEP_REPORT_SKEW_S = 1.0
+"""How much later than a step's start the loop beat sent just before it may be read here."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChildClock:
     started_at: float
@@ -88,12 +92,15 @@ class ChildClock:
     def in_step(self, now: float, age_s: float, step: str) -> ChildClock:
         """The child's watch thread: its loop has been inside `step` for `age_s` seconds. The
         last loop beat stays what it was: only the step's own deadline is added. A report of a
-        step that began before the loop's last beat is late (it came on another socket): the
-        step has returned, so it is ignored."""
+        step that began well before the loop's last beat is late (it came on another socket):
+        the step has returned, so it is ignored. "Well before": the loop's beat just before a
+        step began may be read here after the step began (a busy machine delays this loop), so
+        a step that began up to `STEP_REPORT_SKEW_S` before that beat was read is the current one
+        (a returned step ran at least the watch's 2 s before its report, so it began earlier)."""
         if self.ready_at is None or self.step_deadline_s <= 0 or age_s < 0:
             return self
         began = now - age_s
-        if self.last_beat is not None and began < self.last_beat:
+        if self.last_beat is not None and began < self.last_beat - STEP_REPORT_SKEW_S:
             return self
         return replace(self, step_since=began if self.step_since is None else min(self.step_since, began),
                        step_beat=now, step=step)

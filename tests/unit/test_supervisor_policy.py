@@ -108,6 +108,10 @@ def test_a_long_step_is_judged_by_its_step_deadline_not_by_missed_beats():
     assert verdict(in_step.beat(50.0), 60.1) == "heartbeat_missed"  # the step returned: beats again
     late = in_step.beat(50.0).in_step(51.0, 40.0, "prefill step 0")  # a report from before that beat
     assert late.step_since is None
+    # A busy machine: the loop's last beat before the step (sent at 10.0) is read at 10.6, after
+    # the step began at 10.05; the step's reports still count (the step did not return).
+    busy = clock.beat(10.6).in_step(15.0, 4.95, "prefill step 1")
+    assert busy.step_since == 10.05 and verdict(busy, 21.0) is None
 
 
 def test_children_without_a_step_deadline_get_no_grace():

@@ -145,8 +145,8 @@ class OllamaGenerateResource:
         for msg in stream:
             if isinstance(msg, TokenChunk) and msg.text:
                 yield ndjson({"model": model, "created_at": _now(), **self._piece(msg.text), "done": False})
-            elif isinstance(msg, KeepAlive):
-                yield b"\n"  # a blank line: the client skips it, proxies see traffic
+            elif isinstance(msg, KeepAlive):  # an empty piece: Ollama's clients parse every line as JSON
+                yield ndjson({"model": model, "created_at": _now(), **self._piece(""), "done": False})
             elif isinstance(msg, Done):
                 yield ndjson({"model": model, "created_at": _now(), **self._piece(""), **_final(stream, msg, started)})
             elif isinstance(msg, Failed):
