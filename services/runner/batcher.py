@@ -118,6 +118,10 @@ class Batcher:
             return refuse(FailReason.BAD_REQUEST, "the prompt is empty after the chat template")
         if msg.default_max_tokens and limit > 0:  # the default output budget: what fits after the prompt
             params = replace(params, max_tokens=max(1, min(params.max_tokens, limit - len(prompt))))
+        vocab = int(getattr(self.engine, "vocab_size", 0) or 0)
+        if vocab and any(not 0 <= t < vocab for t in params.continuation):  # an id past the embedding crashes it
+            return refuse(FailReason.BAD_REQUEST, f"a continuation token is not in this model's vocabulary "
+                                                  f"(0..{vocab - 1})")
         if len(params.continuation) >= params.max_tokens:
             return refuse(FailReason.BAD_REQUEST, f"a continuation of {len(params.continuation)} tokens leaves "
                                                   f"nothing of max_tokens {params.max_tokens}")

@@ -3,6 +3,8 @@ cancel, stop strings, per-request failures, and the lock-step steps followers ap
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from skulk.cluster.state import ChatMessage, TaskParams
@@ -237,3 +239,18 @@ def test_requests_that_cannot_join_fail_alone_and_the_batch_goes_on():
     assert [(e[0], type(m).__name__) for e, m in first if e[0] == b"x"] == [(b"x", "Failed")]
     rest = run(b)
     assert isinstance(rest["a"][-1], Done) and b.pending == 0
+
+
+def test_a_continuation_with_a_token_outside_the_vocabulary_is_refused_not_prefilled():
+    """A resumed answer's tokens come from a frame: an id past the embedding would crash the
+    engine natively (a fuzzed frame did), so it is a bad request at once."""
+    engine = FakeEngine()
+    engine.vocab_size = 100  # type: ignore[attr-defined]
+    b = Batcher(engine, Limits(max_batch=2, queue_max=0))
+    bad = gen("a")
+    bad = replace(bad, params=replace(bad.params, continuation=(5, 100)))
+    ((_, answer),) = b.on_generate(env("a"), bad, 0.0)
+    assert isinstance(answer, Failed) and answer.reason == FailReason.BAD_REQUEST and "vocabulary" in answer.error
+    good = gen("b")
+    good = replace(good, params=replace(good.params, continuation=(5, 99)))
+    assert type(b.on_generate(env("b"), good, 0.0)[0][1]).__name__ == "Started"
