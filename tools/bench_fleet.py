@@ -35,16 +35,11 @@ MODEL = "skulk/demo-tiny"
 
 
 def wait(node: BenchNode, what: str, check: Callable[[dict[str, Any]], Any], limit_s: float) -> Any:
-    """`check(state)` once truthy, re-checked on every change of `node`'s state (or 5 s); a
-    node whose API does not listen yet (starting) is asked again until the deadline."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        try:
-            return wait_for_state(node.url, check, max(0.1, deadline - time.monotonic()))
-        except TimeoutError:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{what}: not within {limit_s:.0f}s") from None
-            time.sleep(0.2)  # refused: its API is not up yet
+    """`check(state)` once truthy, re-checked on every change of `node`'s state (or 5 s)."""
+    try:
+        return wait_for_state(node.url, check, limit_s)
+    except TimeoutError:
+        raise TimeoutError(f"{what}: not within {limit_s:.0f}s") from None
 
 
 def processes(node: BenchNode) -> list[psutil.Process]:
@@ -83,7 +78,7 @@ def idle_figures(nodes: list[BenchNode], window_s: float) -> dict[str, float]:
             except psutil.Error:
                 pass
     io0 = sum(io(p) for p in gossip)
-    time.sleep(window_s)  # the measured window itself
+    time.sleep(window_s)  # the measured window itself (nothing to wait for: the cluster idles)
     io1 = sum(io(p) for p in gossip)
     cpu, rss = [], []
     for ps in procs.values():
@@ -120,6 +115,7 @@ def one_size(root: Path, n: int, model_dir: Path, idle_s: float) -> dict[str, fl
         t0 = time.monotonic()
         for node in nodes:
             node.launch(namespace, nodes[0] if node is not nodes[0] else None)
+        nodes[0].wait_booted(300)  # its API listens: `/state` can be asked from now on
         wait(nodes[0], f"{n} nodes formed", lambda _s: formed(nodes), 300)
         out["formed (s)"] = time.monotonic() - t0
         out |= idle_figures(nodes, idle_s)

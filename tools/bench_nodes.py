@@ -39,8 +39,12 @@ class BenchNode:
 
     def start(self, namespace: str, peer: BenchNode | None, extra: tuple[str, ...] = ()) -> None:
         self.launch(namespace, peer, extra=extra)
+        self.wait_booted(60)
+
+    def wait_booted(self, wait_s: float) -> None:
+        """Until every role of the node is running (its supervisor's `wait` verb)."""
         subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "admin", "wait", "--home",
-                        str(self.home), "--wait", "60"], check=True, stdout=subprocess.DEVNULL)
+                        str(self.home), "--wait", f"{wait_s:g}"], check=True, stdout=subprocess.DEVNULL)
 
     def state(self) -> dict[str, Any] | None:
         try:
