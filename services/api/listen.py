@@ -4,9 +4,11 @@ A taken port is a clean boot failure at once, with one exception: the workers of
 previous API process. When the API's arbiter dies (kill -9, a crash), its workers are orphaned to
 the supervisor and killed by the kernel (`PR_SET_PDEATHSIG`), but on a busy machine a worker may
 not have run its exit yet when the supervisor has already forked the new API, and its copy of the
-socket still holds the port. Those leftovers are found by title among the supervisor's children,
-killed, and waited for (bounded) before the bind is tried once more, so a kill -9 costs one
-restart, not a boot failure and its back-off.
+socket still holds the port. Those leftovers are found among the supervisor's children, killed,
+and waited for (bounded) before the bind is tried once more, so a kill -9 costs one restart, not
+a boot failure and its back-off. A dying worker gives up its memory before its files: in that
+window its command line reads empty while its socket still holds the port, so it is known by
+its kernel name (or by having no command line left), not by its command line alone.
 """
 
 from __future__ import annotations
@@ -48,12 +50,34 @@ def leftover_workers(supervisor_pid: int, worker_title: str) -> list[psutil.Proc
         return found
     for proc in children:
         try:
-            title = " ".join(part for part in proc.cmdline() if part)  # setproctitle pads with NULs
-            if title == worker_title and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.status() != psutil.STATUS_ZOMBIE and is_worker(proc, worker_title):
                 found.append(proc)
         except psutil.Error:
             continue
     return found
+
+
+def is_worker(proc: psutil.Process, worker_title: str) -> bool:
+    """Titled as an API worker, or on its way out: past releasing its memory (no command line
+    left) but not yet past closing its files. Its kernel name (`comm`, 15 bytes, set with the
+    title) survives until it is reaped."""
+    title = " ".join(part for part in proc.cmdline() if part)  # setproctitle pads with NULs
+    if title == worker_title:
+        return True
+    kernel_name = _kernel_name(proc.pid)
+    return kernel_name == worker_title[:COMM_LEN] or (not title and kernel_name is not None)
+
+
+COMM_LEN = 15
+"""The kernel keeps a task's name in 16 bytes, NUL included."""
+
+
+def _kernel_name(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().rstrip("\n")
+    except OSError:
+        return None
 
 
 def listen_after_predecessor(host: str, port: int, supervisor_pid: int, worker_title: str,

@@ -37,8 +37,20 @@ def real_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "models" / REAL_DIR
 
 
-def _node_factory(root: Path) -> Iterator[Callable[..., Node]]:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries the logs of the nodes it started (`failure_logs`)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        for node in getattr(item, "skulk_nodes", ())[:4]:
+            report.sections.append((f"node {node.home.name} logs", node.failure_logs()))
+
+
+def _node_factory(root: Path, item: pytest.Item | None = None) -> Iterator[Callable[..., Node]]:
     started: list[Node] = []
+    if item is not None:
+        item.skulk_nodes = started  # type: ignore[attr-defined]
 
     def start(name: str = "node", ready: bool = True, **kw: Any) -> Node:
         node = start_node(root, name, ready=False, **kw)
@@ -55,10 +67,10 @@ def _node_factory(root: Path) -> Iterator[Callable[..., Node]]:
 
 
 @pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+def nodes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Node]]:
     """`nodes(name=..., config=..., env=..., args=..., models=...)` starts a real node;
-    all are killed at teardown, whatever happened."""
-    yield from _node_factory(tmp_path)
+    all are killed at teardown, whatever happened; a failed test's report shows their logs."""
+    yield from _node_factory(tmp_path, request.node)
 
 
 @pytest.fixture(scope="module")

@@ -101,6 +101,18 @@ class Node:
         except OSError:
             return ""
 
+    def failure_logs(self, lines: int = 25) -> str:
+        """What a failed test's report shows of this node: its supervisor's output and the tail of
+        each role's log (a CI failure is read from its report alone)."""
+        parts = [f"== {self.log_path}\n{self.log_tail(2 * lines)}"]
+        for log in sorted((self.home / "logs").glob("*.log")):
+            try:
+                tail = log.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            parts.append(f"== {log.name}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def kill_all(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)

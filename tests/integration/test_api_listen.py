@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
-from skulk.services.api.listen import listen_after_predecessor, listen_socket
+from skulk.services.api.listen import is_worker, listen_after_predecessor, listen_socket
 from tools.ports import free_port
 
 HOLDER = """
@@ -58,3 +59,28 @@ def test_any_other_holder_is_a_boot_failure_at_once():
     finally:
         holder.kill()
         holder.wait()
+
+
+class _Exiting:
+    """A process past releasing its memory: its command line reads empty (`/proc/<pid>/cmdline`)
+    while its kernel name and open files are still there."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def cmdline(self) -> list[str]:
+        return []
+
+
+def test_a_worker_on_its_way_out_is_known_by_its_kernel_name():
+    port = free_port()
+    holder = hold_port(port, "skulk: api worker")
+    other = hold_port(free_port(), "someone else")
+    try:
+        assert is_worker(_Exiting(holder.pid), "skulk: api worker")  # type: ignore[arg-type]
+        assert not is_worker(psutil.Process(other.pid), "skulk: api worker")
+        assert is_worker(psutil.Process(holder.pid), "skulk: api worker")
+    finally:
+        for proc in (holder, other):
+            proc.kill()
+            proc.wait()
