@@ -31,7 +31,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.core.result import Err, Ok
 from schemathesis.generation import GenerationMode
 
-from skulk.services.api.errors import ERROR_SCHEMAS, error_shape
+from skulk.services.api.http.errors import ERROR_SCHEMAS, error_shape
 
 TIMEOUT_S = 60.0
 """A request still unanswered after this long counts as hung."""

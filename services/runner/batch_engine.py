@@ -267,7 +267,7 @@ def json_object_grammar() -> str:
     """The grammar of `response_format: json_object`, for warming the constrained path ("" when
     llguidance cannot make it: that path is then left cold, not the runner failed)."""
     try:
-        from skulk.services.api.response_format import grammar_of
+        from skulk.services.api.dialects.response_format import grammar_of
 
         return grammar_of({"type": "json_object"})
     except Exception:  # noqa: BLE001 - a warm-up aid, never a reason to fail a boot

@@ -11,7 +11,7 @@ import sys
 import psutil
 import pytest
 
-from skulk.services.api.listen import is_worker, listen_after_predecessor, listen_socket
+from skulk.services.api.http.listen import is_worker, listen_after_predecessor, listen_socket
 from tools.ports import free_port
 
 HOLDER = """

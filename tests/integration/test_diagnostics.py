@@ -19,10 +19,10 @@ import jsonschema
 import zmq
 
 from skulk.cluster.state import RunnerStatus
-from skulk.services.api.peers import PEER_TIMEOUT_S
-from skulk.services.api.resources.clusters import CLUSTERS
-from skulk.services.api.resources.diagnostics_cluster import CLUSTER, TIMELINE
-from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS
+from skulk.services.api.admin.clusters import CLUSTERS
+from skulk.services.api.links.peers import PEER_TIMEOUT_S
+from skulk.services.api.observe.diagnostics_cluster import CLUSTER, TIMELINE
+from skulk.services.api.observe.diagnostics_node import NODE_DIAGNOSTICS
 from skulk.wire import endpoints
 from skulk.wire.events import RunnerReport
 from skulk.wire.flight import FlightEntry

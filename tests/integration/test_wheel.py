@@ -99,7 +99,8 @@ def test_built_wheel_installs_into_fresh_venv_and_serves(tmp_path: Path, nodes, 
     (site / "zz_skulk_dev_deps.pth").write_text("".join(f"{p}\n" for p in sorted(dev_site)))
 
     subpackages = ["skulk.scripts.cli", "skulk.supervisor", "skulk.wire", "skulk.services.api",
-                   "skulk.services.api.resources", "skulk.services.runner", "skulk.services.master",
+                   "skulk.services.api.http", "skulk.services.api.dialects", "skulk.services.runner",
+                   "skulk.services.master",
                    "mlx_lm", "zmq", "falcon", "gunicorn"]
     probe = json.loads(run([python, "-c", PROBE, *subpackages], timeout=60).stdout)
     for name, file in probe["modules"].items():

@@ -9,12 +9,12 @@ import pytest
 
 from skulk.cluster.state import RunnerStatus, State, ToolCall
 from skulk.node.model_cards import card_from_dir, scan
-from skulk.services.api import openai_format as fmt
-from skulk.services.api import sse
-from skulk.services.api.chat_request import ApiError, parse
-from skulk.services.api.generation import GenerationError
-from skulk.services.api.generation import context_checked as check_context
-from skulk.services.api.state_json import runner_json, state_json
+from skulk.services.api.dialects import openai_format as fmt
+from skulk.services.api.dialects.fields import ApiError, parse
+from skulk.services.api.generate.generation import GenerationError
+from skulk.services.api.generate.generation import context_checked as check_context
+from skulk.services.api.http import sse
+from skulk.services.api.observe.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
 from skulk.wire.models import ModelDirError, dir_name
@@ -131,7 +131,7 @@ def test_tool_fields_parse_into_the_common_parameters():
 
 
 def test_response_format_becomes_a_grammar_or_a_400():
-    from skulk.services.api.response_format import grammar_of, ollama_format
+    from skulk.services.api.dialects.response_format import grammar_of, ollama_format
 
     assert grammar_of(None) == "" and grammar_of({"type": "text"}) == ""
     assert grammar_of({"type": "json_object"}) and grammar_of(ollama_format("json"))
@@ -178,7 +178,7 @@ def test_model_cards_from_directories(tmp_path: Path):
 
 
 def test_an_integer_beyond_64_bits_is_named_by_its_path():
-    from skulk.services.api.resources.common import out_of_range
+    from skulk.services.api.http.request_body import out_of_range
 
     assert out_of_range({"min_nodes": 100000000000000000000}) == "min_nodes"
     assert out_of_range({"messages": [{"n": 1}, {"n": -(2 ** 63)}]}) == "messages[1].n"

@@ -17,7 +17,7 @@ import pytest
 
 from skulk.node import config as node_config
 from skulk.node.api_keys import ApiKey, ConfigError, Scope, digest, find, from_file, parse
-from skulk.services.api.auth import (
+from skulk.services.api.http.auth import (
     AuthMiddleware,
     Policy,
     Verdict,
@@ -26,10 +26,10 @@ from skulk.services.api.auth import (
     presented_key,
     startup_warnings,
 )
-from skulk.services.api.declare import Limits
-from skulk.services.api.errors import error_body
-from skulk.services.api.limits import LimitsMiddleware, StreamSlots, WatchedStream, bucket_of
-from skulk.services.api.resources.common import json_body
+from skulk.services.api.http.declare import Limits
+from skulk.services.api.http.errors import error_body
+from skulk.services.api.http.limits import LimitsMiddleware, StreamSlots, WatchedStream, bucket_of
+from skulk.services.api.http.request_body import json_body
 
 ADMIN_TEXT = "admin-0123456789abcdef"
 INFER_TEXT = "infer-0123456789abcdef"
@@ -229,7 +229,7 @@ class Streams:
 
 def app(tmp_path: Path, keys: tuple[ApiKey, ...] = KEYS, listen: str = "0.0.0.0",
         **limits) -> falcon.testing.TestClient:
-    from skulk.services.api.errors import serialize_error
+    from skulk.services.api.http.errors import serialize_error
     application = falcon.App(middleware=[
         AuthMiddleware(Policy(keys, listen=listen), {"/admin": Scope.ADMIN, "/v1/messages": Scope.INFERENCE,
                                                        "/gen": Scope.INFERENCE, "/health": Scope.PUBLIC}),
@@ -280,7 +280,7 @@ def test_body_size_and_streams_per_key(tmp_path):
 
 
 def test_without_keys_the_clusters_other_nodes_may_read_admin_routes(tmp_path):
-    from skulk.services.api.peers import FORWARDED
+    from skulk.services.api.links.peers import FORWARDED
     application = falcon.App(middleware=[AuthMiddleware(Policy(listen="0.0.0.0"), {"/admin": Scope.ADMIN},
                                                         lambda: frozenset({"192.0.2.7"}))])
     application.add_route("/admin", Echo())

@@ -13,7 +13,7 @@ from skulk.cluster.reducer import apply
 from skulk.cluster.state import IndexedEvent, State
 from skulk.node import config, config_file
 from skulk.node.config import ConfigError
-from skulk.services.api.resources.config import config_json
+from skulk.services.api.admin.config import config_json
 from skulk.services.master.commands import handle
 from skulk.services.master.config_sync import ConfigFile, set_config, synced_file, to_write
 from skulk.services.master.replication import seed

@@ -12,7 +12,7 @@ import falcon
 import falcon.testing
 import pytest
 
-from skulk.services.api.resources.dashboard import (
+from skulk.services.api.observe.dashboard import (
     CONTENT_TYPES,
     SPA_PATHS,
     DashboardAssetResource,

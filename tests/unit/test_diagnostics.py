@@ -11,10 +11,10 @@ import jsonschema
 import pytest
 
 from skulk.cluster.state import Instance, NodeInfo, RunnerStatus, ShardMeta, State, Task, TaskParams
-from skulk.services.api.resources import diagnostics_host as host
-from skulk.services.api.resources.diagnostics import plan_cancel
-from skulk.services.api.resources.diagnostics_node import NODE_DIAGNOSTICS, NodeFacts, node_diagnostics
-from skulk.services.api.resources.diagnostics_runners import (
+from skulk.services.api.observe import diagnostics_host as host
+from skulk.services.api.observe.diagnostics import plan_cancel
+from skulk.services.api.observe.diagnostics_node import NODE_DIAGNOSTICS, NodeFacts, node_diagnostics
+from skulk.services.api.observe.diagnostics_runners import (
     FLIGHT_ENTRY,
     STUCK_S,
     entry_json,
@@ -22,8 +22,8 @@ from skulk.services.api.resources.diagnostics_runners import (
     runners_json,
     shown_phase,
 )
-from skulk.services.api.resources.health import REPORT_STALE_S, busy
-from skulk.services.api.runner_view import (
+from skulk.services.api.observe.health import REPORT_STALE_S, busy
+from skulk.services.api.observe.runner_view import (
     FORGET_AFTER_S,
     MAX_RUNNERS,
     RECORD_MAX_BYTES,

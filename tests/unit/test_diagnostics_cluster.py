@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from skulk.cluster.state import State
-from skulk.services.api.peers import Peer, PeerAnswer
-from skulk.services.api.resources import diagnostics_host as host
-from skulk.services.api.resources.clusters import CLUSTERS, cluster_view, display_phase, pool_phase
-from skulk.services.api.resources.diagnostics_cluster import (
+from skulk.services.api.admin.clusters import CLUSTERS, cluster_view, display_phase, pool_phase
+from skulk.services.api.links.peers import Peer, PeerAnswer
+from skulk.services.api.observe import diagnostics_host as host
+from skulk.services.api.observe.diagnostics_cluster import (
     CLUSTER,
     TIMELINE,
     NodeAnswer,
@@ -20,9 +20,9 @@ from skulk.services.api.resources.diagnostics_cluster import (
     node_answers,
     timeline_json,
 )
-from skulk.services.api.resources.diagnostics_node import NodeFacts, node_diagnostics
-from skulk.services.api.resources.health import REPORT_STALE_S
-from skulk.services.api.runner_view import RING, RunnerView
+from skulk.services.api.observe.diagnostics_node import NodeFacts, node_diagnostics
+from skulk.services.api.observe.health import REPORT_STALE_S
+from skulk.services.api.observe.runner_view import RING, RunnerView
 from tests.unit.test_diagnostics import GIB, T0, entry, pipeline_state, report, validate
 
 # ---- the cluster views --------------------------------------------------------------------------

@@ -16,9 +16,9 @@ import pytest
 from skulk.cluster.state import ChatMessage, Instance, ShardMeta, State, Task, TaskParams
 from skulk.node import config
 from skulk.node.config import ConfigError
-from skulk.services.api import failover
-from skulk.services.api.resources.health import HealthResource
-from skulk.services.api.runner_view import RunnerView
+from skulk.services.api.links import failover
+from skulk.services.api.observe.health import HealthResource
+from skulk.services.api.observe.runner_view import RunnerView
 from skulk.services.master.drain import DrainWait, Pending, pending
 from skulk.services.master.replication import carried_over
 from skulk.supervisor import control, drain

@@ -18,8 +18,15 @@ import pytest
 from skulk.cluster.placement import GIB, PlacementError, place
 from skulk.cluster.state import ChatMessage, NodeGatheredInfo, RunnerStatus, RunnerStatusUpdated, TaskParams
 from skulk.node.model_cards import card_from_dir
-from skulk.services.api.embedding_request import MAX_INPUTS, EmbeddingRequest, check_model, encode, parse, response
-from skulk.services.api.errors import ApiError
+from skulk.services.api.dialects.embedding_request import (
+    MAX_INPUTS,
+    EmbeddingRequest,
+    check_model,
+    encode,
+    parse,
+    response,
+)
+from skulk.services.api.http.errors import ApiError
 from skulk.services.master.commands import handle
 from skulk.services.runner.embed_engine import Embedder, Pooling, group_size, pooling_of, to_bytes
 from skulk.wire.codec import decode

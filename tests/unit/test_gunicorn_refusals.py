@@ -19,9 +19,9 @@ from gunicorn.config import Config
 from gunicorn.http import errors as g
 from gunicorn.http.parser import RequestParser
 
-from skulk.services.api.errors import handle_unexpected, serialize_error
-from skulk.services.api.limits import HEADER_LIMITS
-from skulk.services.api.worker import EnvelopeWorker, refusal, response
+from skulk.services.api.http.errors import handle_unexpected, serialize_error
+from skulk.services.api.http.limits import HEADER_LIMITS
+from skulk.services.api.http.worker import EnvelopeWorker, refusal, response
 
 SECRET = "sk-never-echo-0123456789abcdef"
 

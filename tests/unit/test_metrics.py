@@ -17,7 +17,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from skulk.cluster.state import Instance, RunnerStatus, ShardMeta, State
 from skulk.node import metrics
 from skulk.node.metrics import CLIENT_GONE, Outcome
-from skulk.services.api.metering import ApiShape, StreamMeter, outcome_of, refusal_outcome
+from skulk.services.api.generate.metering import ApiShape, StreamMeter, outcome_of, refusal_outcome
 from skulk.services.worker.runner_gauges import RunnerGauges, token_delta
 from skulk.wire.commands import RejectReason
 from skulk.wire.control import ChildStatus
@@ -191,7 +191,7 @@ def test_staging_families_sum_the_copies():
 # ---- multiprocess: what several processes wrote, merged as a scrape merges it -------------------
 WRITER = """
 import sys, time
-from skulk.services.api.metering import ApiShape, StreamMeter
+from skulk.services.api.generate.metering import ApiShape, StreamMeter
 from skulk.node import metrics
 from skulk.node.metrics import Outcome
 metrics.REQUESTS.labels("openai_chat", Outcome.COMPLETED, "stop").inc(int(sys.argv[1]))

@@ -19,14 +19,13 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from skulk.services.api import embedding_request
-from skulk.services.api.app import build_app
-from skulk.services.api.chat_request import CHAT_REQUEST, ApiError, flag, parse
-from skulk.services.api.declare import Deps, Op, Route, RouteMismatch
-from skulk.services.api.gateway import MasterUnavailable
-from skulk.services.api.generation import Generation
-from skulk.services.api.resources import anthropic, completions, ollama, responses
-from skulk.services.api.routes import ROUTES
+from skulk.services.api.dialects import anthropic, completions, embedding_request, ollama, responses
+from skulk.services.api.dialects.fields import CHAT_REQUEST, ApiError, flag, parse
+from skulk.services.api.generate.generation import Generation
+from skulk.services.api.http.app import build_app
+from skulk.services.api.http.declare import Deps, Op, Route, RouteMismatch
+from skulk.services.api.http.routes import ROUTES
+from skulk.services.api.links.gateway import MasterUnavailable
 
 
 class NoState:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from skulk.cluster.state import DeletionNote, RunnerStatus, RunnerStatusUpdated, TaskParams
-from skulk.services.api.resume import continuation, recovering, resumable
+from skulk.services.api.generate.resume import continuation, recovering, resumable
 from skulk.services.runner.engine import TokenOut
 from skulk.services.runner.sessions import Session
 from skulk.wire.inference import Done, Failed, FailReason, TokenChunk

@@ -13,11 +13,18 @@ import pytest
 
 from skulk.node import config
 from skulk.node.trace_files import TracePart, traces_root, write_part
-from skulk.services.api.app import build_app
-from skulk.services.api.declare import Deps
-from skulk.services.api.routes import ROUTES
-from skulk.services.api.trace_reader import delete_traces, list_traces, load_trace
-from skulk.services.api.trace_views import chrome, clean_span, clean_summary, merge_spans, merge_summaries, stats
+from skulk.services.api.http.app import build_app
+from skulk.services.api.http.declare import Deps
+from skulk.services.api.http.routes import ROUTES
+from skulk.services.api.observe.trace_reader import delete_traces, list_traces, load_trace
+from skulk.services.api.observe.trace_views import (
+    chrome,
+    clean_span,
+    clean_summary,
+    merge_spans,
+    merge_summaries,
+    stats,
+)
 from skulk.services.janitor.policy import DAY_S, expired_tasks
 from skulk.services.janitor.service import sweep
 

@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from skulk.cluster.state import NodeInfo
-from skulk.services.api.state_json import cluster_warnings
+from skulk.services.api.observe.state_json import cluster_warnings
 from skulk.wire import codec
 from skulk.wire.cluster import PeerHello
 from skulk.wire.errors import UnknownMessage

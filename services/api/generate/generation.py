@@ -1,0 +1,394 @@
+"""The one generation path of the API: check, route, admit, stream typed events, finish or cancel.
+
+Every wire shape (OpenAI chat and legacy completions, OpenAI Responses, Anthropic Messages,
+Ollama) is an adapter: it parses its body into `TaskParams`, calls `Generation.open`, and
+renders the `Event`s of the returned `Stream` in its own framing. What can go wrong is typed:
+`GenerationError` before the stream (a status and a reason), `Failed.reason` inside it; the
+adapters choose their error shapes on those values, never on the message text.
+
+A `Stream` owns the request's bookkeeping: however it ends (done, failed, cancelled, or the
+client went away and the framework closed the generator) the runner is told to drop an
+abandoned request and the master is told how the task ended.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Generator, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TypeAlias, cast
+
+from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import TaskParams
+from skulk.node import logctx
+from skulk.node.metrics import INTERNAL_ERROR
+from skulk.node.trace_files import now_us
+from skulk.services.api.dialects.fields import DEFAULT_MAX_TOKENS
+from skulk.services.api.generate import resume
+from skulk.services.api.generate.event_record import EventRecorder
+from skulk.services.api.generate.metering import ApiShape, StreamMeter
+from skulk.services.api.generate.request_trace import RequestTrace
+from skulk.services.api.links import failover
+from skulk.services.api.links.gateway import Gateway, KeepAlive, MasterUnavailable, StreamTiming
+from skulk.wire.commands import (
+    NO_INSTANCE,
+    CommandRejected,
+    RejectReason,
+    Routed,
+    TaskCancelled,
+    TaskFinished,
+    TextGeneration,
+)
+from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
+
+log = logging.getLogger("skulk.api.generation")
+
+Event: TypeAlias = KeepAlive | Progress | TokenChunk | Done | Failed
+"""What a stream yields after admission: keep-alives, prefill progress, tokens, then exactly
+one `Done` or `Failed`."""
+
+FAIL_STATUS: dict[str, int] = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400,
+                               FailReason.BAD_REQUEST: 400, FailReason.SESSION_CHANGED: 503,
+                               FailReason.CANCELLED: 499}
+"""The HTTP status of a failure, by its reason (anything else: 500, in the error envelope)."""
+
+
+def fail_status(reason: str) -> int:
+    return FAIL_STATUS.get(reason, 500)
+
+
+class GenerationError(Exception):
+    """The request is refused before any output: `status` for HTTP, `reason` for the adapter
+    (a FailReason, a RejectReason, or "invalid_request" / "not_found" from the checks here)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def context_checked(params: TaskParams, context_limit: int) -> TaskParams:
+    """Fill the default output budget, or refuse a max_tokens the model cannot hold."""
+    if params.max_tokens == 0:
+        budget = min(DEFAULT_MAX_TOKENS, context_limit) if context_limit > 0 else DEFAULT_MAX_TOKENS
+        return replace(params, max_tokens=max(1, budget))
+    if context_limit > 0 and params.max_tokens > context_limit:
+        raise GenerationError(400, FailReason.CONTEXT_LENGTH_EXCEEDED,
+                              f"context_length_exceeded: max_tokens ({params.max_tokens}) cannot fit "
+                              f"within this model's usable context limit of {context_limit} tokens; "
+                              "lower max_tokens or place the model with more memory")
+    return params
+
+
+@dataclass
+class Stream:
+    """One admitted request. Iterate it once; `prompt_tokens` is known from admission."""
+
+    generation: Generation
+    routed: Routed
+    params: TaskParams
+    prompt_tokens: int
+    created: int
+    _events: Iterator[Event]
+    _outcome: Failed | Done | None = None
+    _closed: bool = False
+    meter: StreamMeter | None = None  # the request's metrics (`metering.py`), set by `open`
+    trace: RequestTrace | None = None  # the API's spans when the task is traced (`request_trace.py`)
+    default_budget: bool = False  # the client gave no max_tokens (a continuation asks the same)
+    sent: dict[int, int] = field(default_factory=dict)  # the answer's tokens passed on, by index
+    resumes: int = 0  # continuations on another instance so far (`resume.py`)
+
+    @property
+    def command_id(self) -> str:
+        return self.routed.command_id
+
+    def __iter__(self) -> Iterator[Event]:
+        try:
+            while True:
+                with _bound(self.routed):  # around each step, never across a yield
+                    event = next(self._events, None)
+                if event is None:
+                    return
+                if isinstance(event, Failed) and resume.resumable(event, self.resumes, self._timing.resume_attempts):
+                    if (yield from self._resume(event)):
+                        continue
+                if isinstance(event, (Done, Failed)):
+                    self._outcome = event
+                if self.meter is not None:
+                    self.meter.saw(event, time.monotonic())
+                if isinstance(event, TokenChunk):
+                    if event.index:
+                        self.sent[event.index] = event.token
+                    else:  # a runner of an older version: what was sent cannot be continued exactly
+                        self.sent[-1] = event.token
+                    if self.trace is not None:
+                        self.trace.chunk()
+                    if self.generation.events is not None:
+                        self.generation.events.chunk(self.routed, self.params.model, event)
+                yield event
+                if self._outcome is not None:
+                    return
+        finally:
+            self.close()
+
+    @property
+    def _timing(self) -> StreamTiming:
+        return self.generation.gateway.timing
+
+    def _resume(self, failed: Failed) -> Generator[Event, None, bool]:
+        """Go on with the answer on another serving instance (True), keep-alives meanwhile, or
+        give up (False: the client gets `failed`). The lost task is recorded as failed."""
+        tokens = resume.continuation(self.sent)
+        if tokens is None or len(tokens) >= self.params.max_tokens:
+            return False
+        self.resumes += 1
+        gen = self.generation
+        with _bound(self.routed):
+            log.warning("request %s: %s after %d tokens; going on elsewhere (attempt %d of %d)",
+                        self.command_id, failed.reason, len(tokens), self.resumes, self._timing.resume_attempts)
+            gen.finished(self.routed, failed)
+        params = replace(self.params, continuation=tokens)
+        deadline = time.monotonic() + self._timing.resume_wait_s
+        while True:
+            opened = gen.reopen(params, self.default_budget)
+            if isinstance(opened, tuple):
+                self.routed, self._events = opened
+                with _bound(self.routed):
+                    log.info("request %s: resumed on %s of instance %s", self.routed.command_id,
+                             self.routed.runner_id, self.routed.instance_id)
+                return True
+            if not opened or time.monotonic() >= deadline:
+                log.warning("request %s: no instance to go on with (%s)", self.command_id,
+                            f"waited {self._timing.resume_wait_s:.0f}s" if opened else "refused")
+                return False
+            yield KeepAlive()
+            state = gen.replica.get(timeout=0)
+            gen.replica.wait_change(state.last_event_applied_idx if state else -1,
+                                    min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def close(self) -> None:
+        """The bookkeeping, once: drop an abandoned request at its runner, tell the master."""
+        if self._closed:
+            return
+        self._closed = True
+        outcome = self._outcome
+        with _bound(self.routed):
+            if outcome is None:  # the client went away (or the server is stopping)
+                log.info("request %s: client gone, cancelling", self.command_id)
+                self.generation.gateway.cancel(self.routed.endpoint, self.command_id)
+            else:
+                log.info("request %s: %s", self.command_id, _describe(outcome))
+            self.generation.finished(self.routed, outcome)
+        if self.meter is not None:
+            self.meter.closed(outcome)
+        if self.generation.events is not None:
+            self.generation.events.ended(self.routed, self.params.model, outcome, self.prompt_tokens)
+        if self.trace is not None:
+            self.trace.closed("cancelled" if outcome is None else
+                              outcome.reason if isinstance(outcome, Failed) else outcome.finish_reason)
+
+
+class Generation:
+    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str,
+                 api: ApiShape = ApiShape.OTHER) -> None:
+        self.gateway = gateway
+        self.replica = replica
+        self.node_id = node_id
+        self.home: Path | None = None  # where traced requests' spans go (set by the app)
+        self.events: EventRecorder | None = None  # the event log's API records (set by the app)
+        self.node_name = ""
+        self.api = api
+
+    def shaped(self, api: ApiShape) -> Generation:
+        """This generation path for one client shape (its requests' `api` metrics label)."""
+        shaped = copy.copy(self)
+        shaped.api = api
+        return shaped
+
+    def context_limit(self, model: str) -> int:
+        """The largest usable context of the model's instances (404 when none exists)."""
+        state = self.replica.get(timeout=5.0)
+        if state is None:
+            raise GenerationError(503, RejectReason.NO_LEADER, "cluster state is not available yet "
+                                  "(the master is starting); retry shortly")
+        limits = [i.context_token_limit for i in state.instances.values() if i.model_id == model]
+        if not limits:
+            raise GenerationError(404, RejectReason.NO_INSTANCE, NO_INSTANCE.format(model=model))
+        return max(limits)
+
+    def open(self, params: TaskParams) -> Stream:
+        """Check the model and the output budget, route through the master once, and wait
+        for the runner to admit the request: a refusal (busy, context too long) raises here, so
+        it is the response's status, streaming or not. Metered from here (`metering.py`)."""
+        meter = StreamMeter(self.api, params.model, time.monotonic())
+        try:
+            stream = self._open(params)
+        except GenerationError as exc:
+            meter.refused(exc.reason)
+            raise
+        except Exception:
+            meter.refused(INTERNAL_ERROR)
+            raise
+        stream.meter = meter
+        return stream
+
+    def _open(self, params: TaskParams) -> Stream:
+        """Routed and admitted; while the model's lost capacity comes back (`resume.recovering`:
+        no instance serves yet, or the one routed to was lost before admitting the request),
+        asked again, for at most `api.resume.wait_s`."""
+        deadline = time.monotonic() + self.gateway.timing.resume_wait_s
+        attempts = 0
+        while True:
+            try:
+                return self._open_once(params)
+            except GenerationError as exc:
+                if exc.reason in resume.RESUMABLE and attempts < self.gateway.timing.resume_attempts \
+                        and time.monotonic() < deadline:
+                    attempts += 1  # lost before it admitted the request: nothing was sent yet
+                    log.warning("request for %s: %s before admission; routing it again", params.model, exc.reason)
+                    continue
+                if exc.reason in (*resume.WAIT_FOR, RejectReason.NO_INSTANCE) and self._recovering(params.model,
+                                                                                                    deadline):
+                    continue
+                raise
+
+    def _open_once(self, params: TaskParams) -> Stream:
+        opened_us = now_us()
+        default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
+        params = context_checked(params, self.context_limit(params.model))
+        try:  # asked again while the leader changes (a rolling restart): `failover.py`
+            routed = failover.route(self.gateway, functools.partial(self._command, params))
+        except MasterUnavailable as exc:
+            raise GenerationError(503, RejectReason.NO_LEADER, str(exc)) from None
+        if isinstance(routed, CommandRejected):
+            raise GenerationError(routed.status, routed.reason, routed.message)
+        assert isinstance(routed, Routed)
+        with _bound(routed):
+            log.info("request %s: routed to %s of instance %s", routed.command_id, routed.runner_id,
+                     routed.instance_id)
+            if self.events is not None:
+                self.events.routed(routed, params.model)
+            trace = RequestTrace(self.home, self.node_id, self.node_name, routed, params.model, opened_us) \
+                if routed.trace and self.home is not None else None
+            stream = self._admitted(routed, params, default_budget, trace)
+            stream.trace = trace
+            return stream
+
+    def _command(self, params: TaskParams) -> TextGeneration:
+        return TextGeneration(command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params)
+
+    def _recovering(self, model: str, deadline: float) -> bool:
+        """Wait (a state change, at most a second) if the model's lost capacity is coming back
+        and the deadline allows: True to ask again, False to answer now (`api.resume` off: never)."""
+        state = self.replica.get(timeout=0)
+        if not self.gateway.timing.resume_attempts or state is None or not resume.recovering(state, model) \
+                or time.monotonic() >= deadline:
+            return False
+        log.info("no instance of %s serves yet, one is coming back: waiting", model)
+        self.replica.wait_change(state.last_event_applied_idx, min(1.0, deadline - time.monotonic()))
+        return True
+
+    def _admitted(self, routed: Routed, params: TaskParams, default_budget: bool,
+                  trace: RequestTrace | None = None) -> Stream:
+        """Wait for the runner's answer: the stream, or its refusal raised."""
+        state = self.replica.get(timeout=0)
+        inst = state.instances.get(routed.instance_id) if state else None
+        events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
+                                     default_budget, routed.trace)
+        quiet: list[KeepAlive] = []  # a runner busy with a long step answers between steps
+        first = next(events)
+        while isinstance(first, KeepAlive):  # the stream itself ends a silent runner (deadlines)
+            quiet.append(first)
+            first = next(events)
+        prompt_tokens = 0
+        if isinstance(first, Failed):
+            self.finished(routed, first)
+            if self.events is not None:
+                self.events.ended(routed, params.model, first, 0)
+            if trace is not None:
+                trace.closed(first.reason)
+            raise GenerationError(fail_status(first.reason), first.reason, first.error)
+        if isinstance(first, Started):
+            prompt_tokens = first.prompt_tokens
+            if trace is not None:
+                trace.admitted(prompt_tokens)
+            rest: Iterator[object] = itertools.chain(quiet, events)
+        else:
+            rest = itertools.chain(quiet, [first], events)
+        return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest),
+                      default_budget=default_budget)
+
+    def reopen(self, params: TaskParams, default_budget: bool) -> tuple[Routed, Iterator[Event]] | bool:
+        """A continuation routed and admitted: its route and events; True when it may be
+        worth waiting (no instance serves the model yet, the leader is changing, a runner
+        refused it as busy or was lost too), False when it never will be."""
+        try:
+            routed = failover.route(self.gateway, functools.partial(self._command, params))
+        except MasterUnavailable:
+            return True
+        if isinstance(routed, CommandRejected):
+            return routed.reason in resume.WAIT_FOR
+        assert isinstance(routed, Routed)
+        state = self.replica.get(timeout=0)
+        inst = state.instances.get(routed.instance_id) if state else None
+        events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
+                                     default_budget, routed.trace)
+        quiet: list[KeepAlive] = []
+        first = next(events)
+        while isinstance(first, KeepAlive):
+            quiet.append(first)
+            first = next(events)
+        if isinstance(first, Failed):
+            self.finished(routed, first)
+            return first.reason in resume.RESUMABLE or first.reason == FailReason.BUSY
+        rest = itertools.chain(quiet, events) if isinstance(first, Started) else itertools.chain(quiet, [first], events)
+        return routed, _without_started(rest)
+
+    def finished(self, routed: Routed, outcome: Done | Failed | None) -> None:
+        """Tell the master how the task ended (without waiting: the client has its answer)."""
+        cancelled = outcome is None or (isinstance(outcome, Failed) and outcome.reason == FailReason.CANCELLED)
+        if cancelled:
+            cmd: TaskCancelled | TaskFinished = TaskCancelled(command_id=uuid.uuid4().hex,
+                                                              cancelled_command_id=routed.command_id)
+        else:
+            failed = isinstance(outcome, Failed)
+            cmd = TaskFinished(command_id=uuid.uuid4().hex, finished_command_id=routed.command_id,
+                               failed=failed, error_message=outcome.error if isinstance(outcome, Failed) else "",
+                               reason=outcome.reason if isinstance(outcome, Failed) else "")
+        self.gateway.tell(cmd)
+
+
+def _bound(routed: Routed) -> AbstractContextManager[None]:
+    """The request's ids on every log line of this block (`node/logctx.py`)."""
+    return logctx.bind(command_id=routed.command_id, task_id=routed.task_id)
+
+
+def _describe(outcome: Done | Failed) -> str:
+    if isinstance(outcome, Failed):
+        return f"failed ({outcome.reason}): {outcome.error}"
+    return f"done ({outcome.finish_reason}), {outcome.prompt_tokens} prompt + {outcome.completion_tokens} tokens"
+
+
+def _without_started(events: Iterator[object]) -> Iterator[Event]:
+    for event in events:
+        if not isinstance(event, Started):
+            yield cast(Event, event)  # a runner's reply stream is Started, then `Event`s (`Gateway.stream`)
+
+
+def collect(stream: Stream) -> tuple[list[TokenChunk], Done | Failed]:
+    """A non-streaming response's material: every token chunk and the outcome."""
+    chunks: list[TokenChunk] = []
+    for event in stream:
+        if isinstance(event, TokenChunk):
+            chunks.append(event)
+        elif isinstance(event, (Done, Failed)):
+            return chunks, event
+    raise GenerationError(500, FailReason.ENGINE_ERROR, "the stream ended without an outcome")

@@ -1,0 +1,120 @@
+"""Helpers every resource shares: reading a JSON body and turning replies into HTTP errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import falcon
+
+from skulk.cluster.replica import StateReplica
+from skulk.cluster.state import State
+from skulk.services.api.http.limits import too_large
+from skulk.services.api.links.gateway import Gateway, MasterUnavailable
+from skulk.wire.commands import CommandRejected, Reply
+from skulk.wire.message import Message
+from skulk.wire.schema import INT_MAX as WIRE_INT_MAX
+from skulk.wire.schema import INT_MIN as WIRE_INT_MIN
+
+
+def http_error(status: int, message: str) -> falcon.HTTPError:
+    """An HTTP error with its status as given (499: the command was cancelled, nginx's code)."""
+    return falcon.HTTPError(status if 400 <= status < 600 else 500, description=message)
+
+
+MAX_BODY = 32 * 1024 * 1024
+MAX_MESSAGES = 1024
+"""Defaults of `api.max_body_mb` and `api.max_messages` (the app puts the node's in `req.context`)."""
+
+
+def json_body(req: falcon.Request) -> Any:
+    """The body as JSON whatever the Content-Type (clients often omit it), size-capped (413, a
+    chunked body too: a Content-Length above the cap is refused before, in `limits.py`)."""
+    limit = getattr(req.context, "max_body", MAX_BODY)
+    if req.content_length is not None and req.content_length > limit:
+        raise too_large(limit)
+    # a chunked body has no Content-Length: Falcon's bounded stream would read none of it, while
+    # the server's own input (gunicorn decodes chunks) ends where the body ends
+    raw = (req.bounded_stream if req.content_length is not None else req.stream).read(limit + 1)
+    if len(raw) > limit:
+        raise too_large(limit)
+    if not raw.strip():
+        raise http_error(400, "request body is required (JSON)")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise http_error(400, f"malformed JSON body: {exc}") from None
+    except RecursionError:  # found by fuzzing: it was a 500
+        raise http_error(400, f"JSON body nested deeper than {MAX_DEPTH} levels") from None
+    if too_deep(body):
+        raise http_error(400, f"JSON body nested deeper than {MAX_DEPTH} levels")
+    where = out_of_range(body)
+    if where is not None:
+        raise http_error(400, f"{where or 'the body'}: integer out of range "
+                              f"(must be between {INT_MIN} and {INT_MAX})")
+    return body
+
+
+def check_messages(req: falcon.Request, count: int) -> None:
+    """A conversation longer than `api.max_messages` is the client's 400."""
+    most = getattr(req.context, "max_messages", MAX_MESSAGES)
+    if count > most:
+        raise http_error(400, f"messages: {count} messages, at most {most} per request (api.max_messages)")
+
+
+INT_MIN, INT_MAX = WIRE_INT_MIN, WIRE_INT_MAX
+"""What any integer in a request may be: every number ends up in a wire frame, whose decoder
+refuses bigger ones (wire/schema.py); here that is the client's 400 naming the field."""
+MAX_DEPTH = 64
+"""How deeply a JSON body may nest (a chat with tools and schemas needs a dozen levels)."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether arrays and objects nest deeper than `limit` (checked without recursion, so the
+    checks after it, which recurse, stay far from Python's recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def out_of_range(value: Any, path: str = "") -> str | None:
+    """The path (`messages[2].max_tokens`) of the first integer beyond 64 bits, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return path if not INT_MIN <= value <= INT_MAX else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (found := out_of_range(item, f"{path}.{key}" if path else str(key))) is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if (found := out_of_range(item, f"{path}[{i}]")) is not None:
+                return found
+    return None
+
+
+def state_or_503(replica: StateReplica, timeout: float = 5.0) -> State:
+    state = replica.get(timeout)
+    if state is None:
+        raise http_error(503, "cluster state is not available yet (the master is starting); retry shortly")
+    return state
+
+
+def ask(gateway: Gateway, cmd: Message) -> Reply:
+    """The master's reply, a rejection included (the caller decides on its `reason`)."""
+    try:
+        return gateway.command(cmd)
+    except MasterUnavailable as exc:
+        raise http_error(503, str(exc)) from None
+
+
+def command(gateway: Gateway, cmd: Message) -> Reply:
+    """The master's acceptance; a rejection becomes its HTTP error."""
+    reply = ask(gateway, cmd)
+    if isinstance(reply, CommandRejected):
+        raise http_error(reply.status, reply.message)
+    return reply
