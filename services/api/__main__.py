@@ -29,12 +29,12 @@ from skulk.node.api_keys import ApiKey
 from skulk.node.model_store import ModelStoreConfig
 from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services import faults
+from skulk.services.api.generate.timing import StreamTiming
 from skulk.services.api.http import limits
 from skulk.services.api.http.app import create_app
 from skulk.services.api.http.auth import Policy, startup_warnings
 from skulk.services.api.http.declare import Limits
 from skulk.services.api.http.listen import listen_after_predecessor
-from skulk.services.api.links.gateway import StreamTiming
 from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent
 from skulk.supervisor.child import DEFERRED_SIGNALS
 from skulk.wire import endpoints

@@ -33,10 +33,10 @@ from skulk.services.api.dialects.fields import (
     stops_of,
 )
 from skulk.services.api.generate.generation import Generation, Stream, fail_status
+from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.errors import anthropic_error
 from skulk.services.api.http.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of, ranged
 from skulk.services.api.http.sse import sse_event
-from skulk.services.api.links.gateway import KeepAlive
 from skulk.wire.inference import Done, Failed, TokenChunk
 
 

@@ -29,10 +29,10 @@ from skulk.services.api.dialects.fields import (
     stops_of,
 )
 from skulk.services.api.generate.generation import Generation, Stream, fail_status
+from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.request_body import http_error, json_body
 from skulk.services.api.http.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
 from skulk.services.api.http.sse import sse_comment, sse_data
-from skulk.services.api.links.gateway import KeepAlive
 from skulk.wire.inference import Done, Failed, TokenChunk
 
 

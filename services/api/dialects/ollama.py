@@ -36,6 +36,7 @@ from skulk.services.api.dialects.fields import (
 from skulk.services.api.dialects.models import Catalog
 from skulk.services.api.dialects.response_format import grammar_of, ollama_format
 from skulk.services.api.generate.generation import Generation, Stream
+from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.declare import NDJSON
 from skulk.services.api.http.request_body import http_error, json_body
 from skulk.services.api.http.schema import (
@@ -52,7 +53,6 @@ from skulk.services.api.http.schema import (
     one_of,
 )
 from skulk.services.api.http.sse import ndjson
-from skulk.services.api.links.gateway import KeepAlive
 from skulk.wire.inference import Done, Failed, TokenChunk
 from skulk.wire.models import ModelCard
 

@@ -19,8 +19,8 @@ from skulk.services.api.dialects import openai_format as fmt
 from skulk.services.api.dialects.adapter import open_stream, parsed, respond
 from skulk.services.api.dialects.fields import parse
 from skulk.services.api.generate.generation import Generation, Stream, fail_status
+from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.sse import sse_comment, sse_data
-from skulk.services.api.links.gateway import KeepAlive
 from skulk.wire.inference import Done, Failed, Progress, ProgressPhase, TokenChunk
 
 

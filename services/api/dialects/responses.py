@@ -33,9 +33,9 @@ from skulk.services.api.dialects.fields import (
 )
 from skulk.services.api.dialects.response_format import grammar_of, responses_format
 from skulk.services.api.generate.generation import Generation, Stream, fail_status
+from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
 from skulk.services.api.http.sse import sse_comment, sse_event
-from skulk.services.api.links.gateway import KeepAlive
 from skulk.wire.inference import Done, Failed, TokenChunk
 
 ROLES = ("system", "developer", "user", "assistant")

@@ -35,8 +35,9 @@ from skulk.services.api.generate import resume
 from skulk.services.api.generate.event_record import EventRecorder
 from skulk.services.api.generate.metering import ApiShape, StreamMeter
 from skulk.services.api.generate.request_trace import RequestTrace
+from skulk.services.api.generate.timing import KeepAlive, StreamTiming
 from skulk.services.api.links import failover
-from skulk.services.api.links.gateway import Gateway, KeepAlive, MasterUnavailable, StreamTiming
+from skulk.services.api.links.gateway import Gateway, MasterUnavailable
 from skulk.wire.commands import (
     NO_INSTANCE,
     CommandRejected,

@@ -17,13 +17,14 @@ from skulk.node.api_keys import ApiKey
 from skulk.node.model_store import ModelStoreConfig
 from skulk.services.api.generate.event_record import EventRecorder
 from skulk.services.api.generate.generation import Generation
+from skulk.services.api.generate.timing import StreamTiming
 from skulk.services.api.http.auth import AuthMiddleware, Policy
 from skulk.services.api.http.declare import Deps, Limits, Route, check
 from skulk.services.api.http.errors import handle_unexpected, serialize_error
 from skulk.services.api.http.limits import LimitsMiddleware
 from skulk.services.api.http.routes import ROUTES
 from skulk.services.api.http.unread_body import DrainMiddleware
-from skulk.services.api.links.gateway import Gateway, StreamTiming
+from skulk.services.api.links.gateway import Gateway
 from skulk.services.api.observe.diagnostics_runners import placed_here
 from skulk.services.api.observe.runner_view import RunnerView
 from skulk.wire.version import skulk_version

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,6 +21,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import SERVING_KINDS, RunnerKind, TaskParams
+from skulk.services.api.generate.timing import KeepAlive, StreamTiming
 from skulk.wire import endpoints
 from skulk.wire.commands import INSTANCE_DELETED, INSTANCE_LOST, RUNNER_LOST, STREAM_STALLED, Reply
 from skulk.wire.control import AdminCommand, AdminReply
@@ -53,23 +53,6 @@ the replica in ~50 ms; a killed node's takes the gossip grace, too long to wait 
 
 class MasterUnavailable(RuntimeError):
     """No answer from the master within the command deadline."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamTiming:
-    """`api.keepalive_s`: SSE comment after this much silence (proxies keep the stream open);
-    `api.stall_timeout_s`: after the first token, this much silence ends the stream with an
-    error (upstream's 120 s; prefill and queueing do not arm it)."""
-
-    keepalive_s: float = 10.0
-    stall_s: float = 120.0
-    resume_attempts: int = 2  # `api.resume`: a stream whose instance is lost goes on elsewhere (`resume.py`)
-    resume_wait_s: float = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class KeepAlive:
-    """Yielded by a stream after `keepalive_s` of silence (the SSE writer sends a comment)."""
 
 
 LINK_LOST = "connection to the runner closed"
