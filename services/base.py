@@ -24,10 +24,9 @@ import zmq
 from setproctitle import setproctitle
 
 from skulk.node import exitcodes, logsetup
+from skulk.node.child_signals import DEFERRED_SIGNALS, STOP_SIGNALS
 from skulk.node.role_args import ChildArgs
 from skulk.services import faults
-from skulk.supervisor.child import DEFERRED_SIGNALS
-from skulk.supervisor.exits import STOP_SIGNALS
 from skulk.wire import curve, endpoints, refusals
 from skulk.wire.control import ChildReady, Heartbeat
 from skulk.wire.errors import WireError

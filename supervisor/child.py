@@ -21,13 +21,11 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
+from skulk.node.child_signals import DEFERRED_SIGNALS
 from skulk.node.role_args import ChildArgs
 from skulk.supervisor.handle import Signalled
 from skulk.supervisor.spec import ChildSpec
 from skulk.supervisor.zygote_client import ForkedChild, Standby, Zygote
-
-DEFERRED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
-"""Blocked in a new child until it unblocks them with its handlers in place."""
 
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multiprocess directory: read when a child first imports the library."""

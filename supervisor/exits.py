@@ -11,10 +11,10 @@ return code, and whether the tree is stopping.
 
 from __future__ import annotations
 
-import signal
 from enum import Enum
 
 from skulk.node import exitcodes
+from skulk.node.child_signals import STOP_SIGNALS
 
 
 class ExitKind(Enum):
@@ -24,8 +24,6 @@ class ExitKind(Enum):
     """Ended on its own: reported (WARNING, `exited` event) and restarted by its strategy."""
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-"""The signals that stop (or, SIGHUP at the root, restart) a node; children stop on each."""
 
 STOP_EXITS = frozenset({exitcodes.CLEAN, *(-s for s in STOP_SIGNALS)})
 """How a child ends when it gets a stop signal: a clean exit from its loop, or the signal's own

@@ -20,8 +20,9 @@ from typing import Any
 
 import zmq
 
+from skulk.node import node_identity
 from skulk.node.config import NodeConfig
-from skulk.supervisor import control, node_identity
+from skulk.supervisor import control
 from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
 from skulk.supervisor.child import ChildProcess, DeferredSignals, Process, child_env
 from skulk.supervisor.probe import ProgressProbe

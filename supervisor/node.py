@@ -19,9 +19,8 @@ from pathlib import Path
 import psutil
 from setproctitle import setproctitle
 
-from skulk.node import exitcodes, logsetup
+from skulk.node import exitcodes, logsetup, node_identity
 from skulk.node.config import NodeConfig
-from skulk.supervisor import node_identity
 from skulk.supervisor.child import metrics_dir
 from skulk.supervisor.loop import NodeLoop
 from skulk.supervisor.tree import build_tree, log_settings

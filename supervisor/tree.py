@@ -8,6 +8,7 @@ from skulk.node.argv import Argv
 from skulk.node.config import NodeConfig
 from skulk.node.logsetup import LogSettings
 from skulk.node.model_store import StoreSlice
+from skulk.node.node_identity import names
 from skulk.node.role_args import (
     ApiArgs,
     EventlogArgs,
@@ -18,7 +19,6 @@ from skulk.node.role_args import (
     StoreRoleArgs,
     WorkerArgs,
 )
-from skulk.supervisor.node_identity import names
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.wire.version import skulk_version
 

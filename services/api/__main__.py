@@ -26,6 +26,7 @@ from setproctitle import setproctitle
 
 from skulk.node import api_keys, exitcodes, metrics
 from skulk.node.api_keys import ApiKey
+from skulk.node.child_signals import DEFERRED_SIGNALS
 from skulk.node.model_store import ModelStoreConfig
 from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services import faults
@@ -36,7 +37,6 @@ from skulk.services.api.http.auth import Policy, startup_warnings
 from skulk.services.api.http.declare import Limits
 from skulk.services.api.http.listen import listen_after_predecessor
 from skulk.services.base import STATUS_INTERVAL_S, ChildRuntime, die_with_parent
-from skulk.supervisor.child import DEFERRED_SIGNALS
 from skulk.wire import endpoints
 from skulk.wire.control import ChildReady
 from skulk.wire.sockets import make_socket, send

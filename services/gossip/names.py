@@ -6,7 +6,7 @@ would make all of these ambiguous. Names compare without case. Of two live nodes
 name, the one started later (ties: the larger node id) must not be part of the cluster:
 
 - it hears the other directly -> a node given no name (called by its host name) takes its
-  derived name (`supervisor/node_identity.py`) and is judged again under it; a node whose name
+  derived name (`node/node_identity.py`) and is judged again under it; a node whose name
   was given refuses to join: an ERROR, and it stays a cluster of one until it is restarted
   with another name (it cannot tell the operator's mistake from a rename in progress, so it
   does not retry);

@@ -5,7 +5,7 @@ published on the local bus for the master.
 A hello from another namespace is refused and logged; frames that do not decode are logged and
 dropped. Peers are dialled by IP only (advertised addresses or configured bootstrap peers).
 Node names are unique in a cluster: who yields on a clash is decided in `names.py`; a node
-that must not join takes its derived name where it was given none (`supervisor/node_identity.py`),
+that must not join takes its derived name where it was given none (`node/node_identity.py`),
 else says so (ERROR, and in its status) and stays a cluster of one.
 """
 
@@ -24,6 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 from skulk.cluster.state import NodeInfo
 from skulk.node.eventlog_files import read_mode
 from skulk.node.model_store import same_name
+from skulk.node.node_identity import remember, remembered
 from skulk.node.role_args import GossipArgs
 from skulk.services.base import ServiceLoop
 from skulk.services.gossip.discovery import broadcast_targets, interfaces
@@ -37,7 +38,6 @@ from skulk.services.gossip.peers import (
     quiet_period,
     view_complete,
 )
-from skulk.supervisor.node_identity import remember, remembered
 from skulk.wire import curve
 from skulk.wire.accelerator import gather
 from skulk.wire.cluster import Member, Membership, PeerHello

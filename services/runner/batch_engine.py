@@ -267,8 +267,8 @@ def json_object_grammar() -> str:
     """The grammar of `response_format: json_object`, for warming the constrained path ("" when
     llguidance cannot make it: that path is then left cold, not the runner failed)."""
     try:
-        from skulk.services.api.dialects.response_format import grammar_of
+        from skulk.node.json_grammar import json_schema_grammar
 
-        return grammar_of({"type": "json_object"})
+        return json_schema_grammar({"type": "object"})  # what `response_format: json_object` asks
     except Exception:  # noqa: BLE001 - a warm-up aid, never a reason to fail a boot
         return ""

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from skulk.services.store.files import FileStat, sha256_file
+from skulk.node.model_files import FileStat, sha256_file
 
 log = logging.getLogger("skulk.store")
 

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from skulk.services.store import fetch
-from skulk.services.store.files import disk_usage, list_files, model_card, model_dirs, remove_tree, resolve_file
+from skulk.node import model_import as fetch
+from skulk.node.model_files import disk_usage, list_files, model_card, model_dirs, remove_tree, resolve_file
 from skulk.services.store.protocol import (
     BadRequest,
     NotFound,

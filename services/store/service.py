@@ -18,9 +18,9 @@ from pathlib import Path
 
 from skulk.cluster.catalog import CatalogReport
 from skulk.node.model_cards import scan
+from skulk.node.model_files import list_files, model_dirs
 from skulk.node.role_args import StoreRoleArgs
 from skulk.services.base import ServiceLoop
-from skulk.services.store.files import list_files, model_dirs
 from skulk.services.store.registry import Registry
 from skulk.services.store.server import StoreApp, serve
 from skulk.wire.topics import EVT_CATALOG

@@ -13,9 +13,8 @@ import uuid
 
 import yaml
 
-from skulk.node import exitcodes
+from skulk.node import exitcodes, node_identity
 from skulk.scripts.admin_client import format_status
-from skulk.supervisor import node_identity
 from skulk.wire.cluster import Membership
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR

@@ -9,8 +9,9 @@ import pytest
 
 from skulk.cluster.state import RunnerStatus, State, ToolCall
 from skulk.node.model_cards import card_from_dir, scan
-from skulk.services.api.dialects import openai_format as fmt
-from skulk.services.api.dialects.fields import ApiError, parse
+from skulk.services.api.dialects import openai_chat as fmt
+from skulk.services.api.dialects.fields import ApiError
+from skulk.services.api.dialects.openai_chat import parse
 from skulk.services.api.generate.generation import GenerationError
 from skulk.services.api.generate.generation import context_checked as check_context
 from skulk.services.api.http import sse

@@ -16,7 +16,7 @@ import pytest
 from skulk.cluster.state import ChatMessage, Instance, ShardMeta, State, Task, TaskParams
 from skulk.node import config
 from skulk.node.config import ConfigError
-from skulk.services.api.links import failover
+from skulk.services.api.links.master_client import ONCE, THROUGH_FAILOVER, WHILE_FORMING
 from skulk.services.api.observe.health import HealthResource
 from skulk.services.api.observe.runner_view import RunnerView
 from skulk.services.master.drain import DrainWait, Pending, pending
@@ -151,36 +151,48 @@ def rejected(reason: RejectReason) -> CommandRejected:
 
 def test_routing_is_asked_again_for_a_leader_change_only_and_within_the_budget():
     routed = Routed(command_id="c", task_id="t", instance_id="i", runner_id="r", endpoint="tcp://x:1")
+    budget = THROUGH_FAILOVER.budget_s
     for reason in (RejectReason.SESSION_CHANGED, RejectReason.NO_LEADER, RejectReason.NOT_LEADER):
-        assert failover.again(rejected(reason), 0.0, failover.FAILOVER_WAIT_S - 0.1)
-        assert not failover.again(rejected(reason), 0.0, failover.FAILOVER_WAIT_S)
+        assert THROUGH_FAILOVER.again(rejected(reason), 0.0, budget - 0.1)
+        assert not THROUGH_FAILOVER.again(rejected(reason), 0.0, budget)
+        assert not ONCE.again(rejected(reason), 0.0, 0.0)  # a state change is never asked twice
     for reason in (RejectReason.NOT_READY, RejectReason.NO_INSTANCE, RejectReason.BAD_COMMAND):
-        assert not failover.again(rejected(reason), 0.0, 0.0)
-    assert not failover.again(routed, 0.0, 0.0)
+        assert not THROUGH_FAILOVER.again(rejected(reason), 0.0, 0.0)
+    assert not THROUGH_FAILOVER.again(routed, 0.0, 0.0)
+    assert WHILE_FORMING.again(rejected(RejectReason.TOO_FEW_NODES), 0.0, 1.0)
+    assert not WHILE_FORMING.again(rejected(RejectReason.NO_LEADER), 0.0, 1.0)
 
 
-class FakeGateway:
+class FakeMaster:
     def __init__(self, replies: list) -> None:
         self.replies, self.sent = replies, []
 
-    def command(self, cmd):
+    def command(self, cmd, timeout=5.0):
         self.sent.append(cmd)
         return self.replies.pop(0)
 
 
-def test_route_sends_a_fresh_command_each_time_until_a_leader_answers():
+def test_routing_sends_a_fresh_command_each_time_until_a_leader_answers():
     routed = Routed(command_id="c", task_id="t", instance_id="i", runner_id="r", endpoint="tcp://x:1")
-    gateway = FakeGateway([rejected(RejectReason.SESSION_CHANGED), rejected(RejectReason.NO_LEADER), routed])
-    made = iter(AdminCommand(verb=str(n)) for n in range(10))  # any message: the ids must differ
+    master = FakeMaster([rejected(RejectReason.SESSION_CHANGED), rejected(RejectReason.NO_LEADER), routed])
     paused: list[float] = []
-    assert failover.route(gateway, lambda: next(made), clock=iter([0.0, 1.0, 5.0, 9.0]).__next__,
-                         pause=paused.append) == routed
-    assert [c.verb for c in gateway.sent] == ["0", "1", "2"]
-    late = FakeGateway([rejected(RejectReason.NO_LEADER)] * 3)
-    reply = failover.route(late, lambda: AdminCommand(verb="x"), clock=iter([0.0, 4.0, 8.0, 13.0]).__next__,
-                           pause=paused.append)
+    assert THROUGH_FAILOVER.ask(master, lambda n: AdminCommand(verb=str(n)),  # any message: the ids must differ
+                                clock=iter([0.0, 1.0, 5.0, 9.0]).__next__, pause=paused.append) == routed
+    assert [c.verb for c in master.sent] == ["0", "1", "2"]
+    late = FakeMaster([rejected(RejectReason.NO_LEADER)] * 3)
+    reply = THROUGH_FAILOVER.ask(late, lambda _n: AdminCommand(verb="x"), clock=iter([0.0, 4.0, 8.0, 13.0]).__next__,
+                                 pause=paused.append)
     assert isinstance(reply, CommandRejected) and len(late.sent) == 3  # the budget spent: the 503
-    assert paused == [failover.RETRY_PAUSE_S] * 4  # a pause before each ask again, never a spin
+    assert paused == [THROUGH_FAILOVER.pause_s] * 4  # a pause before each ask again, never a spin
+
+
+def test_a_placement_is_asked_again_only_while_the_cluster_is_still_forming():
+    placed = CommandRejected(command_id="c", status=400, message="too few", reason=RejectReason.TOO_FEW_NODES)
+    master = FakeMaster([placed, placed, rejected(RejectReason.NO_INSTANCE)])
+    forming = iter([True, False])
+    reply = WHILE_FORMING.ask(master, lambda n: AdminCommand(verb=str(n)), still=lambda _r: next(forming),
+                              clock=iter([0.0, 1.0, 2.0]).__next__, pause=lambda _s: None)
+    assert reply is placed and len(master.sent) == 2  # formed, still too few: the client's 400 at once
 
 
 def test_a_saved_state_never_outranks_the_live_nodes_in_a_campaign():

@@ -18,7 +18,7 @@ import pytest
 from skulk.cluster.placement import GIB, PlacementError, place
 from skulk.cluster.state import ChatMessage, NodeGatheredInfo, RunnerStatus, RunnerStatusUpdated, TaskParams
 from skulk.node.model_cards import card_from_dir
-from skulk.services.api.dialects.embedding_request import (
+from skulk.services.api.dialects.embeddings import (
     MAX_INPUTS,
     EmbeddingRequest,
     check_model,

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import Tokenizer
 
-from skulk.services.store import gguf_tokenizer
-from skulk.services.store.fetch import FetchError, default_gguf_id, gguf_file
-from skulk.services.store.gguf import mlx_name, quantization
+from skulk.node import gguf_tokenizer
+from skulk.node.gguf_import import mlx_name, quantization
+from skulk.node.model_import import FetchError, default_gguf_id, gguf_file
 
 
 def test_llama_cpp_names_map_onto_mlx_lms():

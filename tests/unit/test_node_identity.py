@@ -1,5 +1,5 @@
 """A node given no name: its host name, or its derived name where that is taken, the same at
-every start of its home (supervisor/node_identity.py)."""
+every start of its home (node/node_identity.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from skulk.node import config
+from skulk.node import config, node_identity
 from skulk.node.config import NODE_NAME
-from skulk.supervisor import node_identity
 
 
 def load(home: Path, **overrides: str) -> config.NodeConfig:

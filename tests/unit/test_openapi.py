@@ -19,13 +19,15 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from skulk.services.api.dialects import anthropic, completions, embedding_request, ollama, responses
-from skulk.services.api.dialects.fields import CHAT_REQUEST, ApiError, flag, parse
+from skulk.services.api.dialects import anthropic, completions, embeddings, ollama, responses
+from skulk.services.api.dialects.fields import ApiError, flag
+from skulk.services.api.dialects.openai_chat import CHAT_REQUEST, parse
 from skulk.services.api.generate.generation import Generation
+from skulk.services.api.generate.timing import StreamTiming
 from skulk.services.api.http.app import build_app
 from skulk.services.api.http.declare import Deps, Op, Route, RouteMismatch
 from skulk.services.api.http.routes import ROUTES
-from skulk.services.api.links.gateway import MasterUnavailable
+from skulk.services.api.links.master_client import MasterUnavailable
 
 
 class NoState:
@@ -47,11 +49,12 @@ class NoMaster:
     def tell(self, cmd: object) -> None:
         pass
 
+
+class NoRunners:
+    timing = StreamTiming()
+
     def cancel(self, endpoint: str, request_id: str) -> None:
         pass
-
-    def supervisor_status(self, timeout: float = 1.0) -> None:
-        return None  # no supervisor either (GET /metrics leaves its figures out)
 
 
 def deps(home: Path) -> Deps:
@@ -61,10 +64,11 @@ def deps(home: Path) -> Deps:
         "model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_key_value_heads": 2,
         "max_position_embeddings": 512}))
     (model / "model.safetensors").write_bytes(b"x" * 100)
-    replica, gateway = NoState(), NoMaster()
-    return Deps(replica=replica, gateway=gateway,  # type: ignore[arg-type]
-                generation=Generation(gateway, replica, "n1"),  # type: ignore[arg-type]
-                node_id="n1", models=home / "models", version="0.0-test", config_file=home / "skulk.yaml")
+    replica, master, runners = NoState(), NoMaster(), NoRunners()
+    return Deps(replica=replica, master=master, runners=runners,  # type: ignore[arg-type]
+                generation=Generation(master, runners, replica, "n1"),  # type: ignore[arg-type]
+                node_id="n1", models=home / "models", version="0.0-test", config_file=home / "skulk.yaml",
+                run_dir=home)  # no supervisor there: GET /metrics leaves its figures out
 
 
 @pytest.fixture
@@ -264,7 +268,7 @@ PARSERS: list[tuple[str, Callable[[Any], Any], dict[str, Any], list[dict[str, An
         {"model": "m", "prompt": "hi", "system": "be brief", "raw": False, "stream": True,
          "format": {"type": "object"}, "options": {"num_predict": -1, "min_p": 0.1}},
         {"model": "m", "prompt": "hi", "raw": True}]),
-    ("embeddings", embedding_request.parse, embedding_request.EMBEDDING_REQUEST, [
+    ("embeddings", embeddings.parse, embeddings.EMBEDDING_REQUEST, [
         {"model": "m", "input": ["hi", "there"], "encoding_format": "float", "dimensions": 8, "user": "u"},
         {"model": "m", "input": "hi"}]),
 ]

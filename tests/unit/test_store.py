@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from skulk.node import model_import as fetch
+from skulk.node.model_files import list_files, model_dirs, resolve_file
 from skulk.node.role_args import StoreRoleArgs
 from skulk.scripts.model_add import destination, is_model_id
-from skulk.services.store import fetch
-from skulk.services.store.files import list_files, model_dirs, resolve_file
 from skulk.services.store.protocol import (
     BadRequest,
     NotFound,
@@ -170,7 +170,7 @@ def test_registry_hashes_once_and_survives_restart(tmp_path: Path):
 
 
 def test_registry_key_is_path_size_mtime():
-    from skulk.services.store.files import FileStat
+    from skulk.node.model_files import FileStat
 
     cached = {"a": {"size": 1, "mtime_ns": 5, "sha256": "x"}, "b": {"size": 2, "mtime_ns": 5, "sha256": "y"},
               "c": {"size": 3, "mtime_ns": 5}}

@@ -205,7 +205,7 @@ class NoState:
 @pytest.fixture
 def client(tmp_path: Path) -> falcon.testing.TestClient:
     routes = tuple(r for r in ROUTES if r.path.startswith("/v1/traces"))
-    deps = Deps(replica=NoState(), gateway=None, generation=None, node_id="A",  # type: ignore[arg-type]
+    deps = Deps(replica=NoState(), master=None, runners=None, generation=None, node_id="A",  # type: ignore[arg-type]
                 models=tmp_path / "models", version="t", config_file=tmp_path / "skulk.yaml", home=tmp_path)
     pipeline_task(tmp_path, tmp_path / "b")
     return falcon.testing.TestClient(build_app(deps, routes))

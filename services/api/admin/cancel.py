@@ -12,17 +12,18 @@ import falcon
 
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import TaskStatus
-from skulk.services.api.http.request_body import http_error, state_or_503
+from skulk.services.api.http.cluster_replies import state_or_503
+from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.schema import STRING, Schema, obj
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.runner_link import RunnerLink
 
 NOT_FOUND = "Command not found or already completed"
 CANCELLED: Schema = obj({"message": STRING, "command_id": STRING})
 
 
 class CancelResource:
-    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str) -> None:
-        self.gateway = gateway
+    def __init__(self, runners: RunnerLink, replica: StateReplica, node_id: str) -> None:
+        self.runners = runners
         self.replica = replica
         self.node_id = node_id
 
@@ -37,5 +38,5 @@ class CancelResource:
         status = state.runners.get(rank0) if rank0 else None
         if status is None or not status.endpoint:
             raise http_error(404, NOT_FOUND)
-        self.gateway.cancel_once(status.endpoint, command_id)
+        self.runners.cancel_once(status.endpoint, command_id)
         resp.media = {"message": "Command cancelled.", "command_id": command_id}

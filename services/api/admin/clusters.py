@@ -30,7 +30,7 @@ from typing import Any
 import falcon
 
 from skulk.cluster.state import SERVING_KINDS, Instance, RunnerKind, State
-from skulk.services.api.http.request_body import state_or_503
+from skulk.services.api.http.cluster_replies import state_or_503
 from skulk.services.api.http.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
 from skulk.services.api.observe.diagnostics_cluster import UNREACHABLE, NodeAnswer, at_key, unreachable
 from skulk.services.api.observe.diagnostics_fanout import ClusterFanOut

@@ -22,7 +22,7 @@ from skulk.node import config_file
 from skulk.node.config import ConfigError
 from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import ANY_OBJECT, BOOLEAN, INTEGER, STRING, Schema, obj
-from skulk.services.api.links.gateway import Gateway, MasterUnavailable
+from skulk.services.api.links.master_client import MasterClient, MasterUnavailable
 from skulk.wire.commands import CommandAccepted, CommandRejected
 from skulk.wire.config_sync import ClusterConfig, SetConfig
 
@@ -49,8 +49,8 @@ def _error(status: int, message: str) -> falcon.HTTPError:
 
 
 class ConfigResource:
-    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str, path: Path) -> None:
-        self.gateway, self.replica, self.node_id, self.path = gateway, replica, node_id, path
+    def __init__(self, master: MasterClient, replica: StateReplica, node_id: str, path: Path) -> None:
+        self.master, self.replica, self.node_id, self.path = master, replica, node_id, path
         self._lock = threading.Lock()  # this worker's PUTs one at a time: write, ask, maybe restore
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -78,7 +78,7 @@ class ConfigResource:
             cmd = SetConfig(command_id=uuid.uuid4().hex, writer=self.node_id,
                             yaml=config_file.dump(config_file.strip_secrets(new)))
             try:
-                reply = self.gateway.command(cmd)
+                reply = self.master.command(cmd)
             except MasterUnavailable as exc:
                 reply = CommandRejected(command_id=cmd.command_id, status=503, message=str(exc))
             if not isinstance(reply, CommandAccepted):  # the cluster did not take it: undo ours

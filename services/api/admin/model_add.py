@@ -1,7 +1,7 @@
 """`POST /models/add`: import a model from a path on this node into its models dir.
 
 `{"path": "/abs/file.gguf" | "/abs/model-dir", "model_id"?: "org/name"}`: a GGUF file (or a
-directory holding one) is converted as `skulk model add` does (`services/store/gguf.py`), an MLX
+directory holding one) is converted as `skulk model add` does (`node/gguf_import.py`), an MLX
 model directory is copied; either is written beside the models dir and renamed into place, so a
 failure leaves nothing. The store role finds it at its next scan (2 s) and the cluster's catalog
 lists it; the answer is upstream's model entry. Upstream's route takes only a hub id and adds a
@@ -15,10 +15,11 @@ from pathlib import Path
 import falcon
 
 from skulk.node.model_cards import card_from_dir
-from skulk.services.api.http.request_body import http_error, json_body
+from skulk.node.model_import import AddFailure, FetchError, add_gguf, add_local_dir, gguf_file
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import STRING, TEXT, Schema, obj
 from skulk.services.api.observe.state_json import model_entry
-from skulk.services.store.fetch import AddFailure, FetchError, add_gguf, add_local_dir, gguf_file
 
 STATUS = {AddFailure.INVALID: 400, AddFailure.EXISTS: 409, AddFailure.WRITE: 507, AddFailure.FETCH: 502}
 

@@ -12,9 +12,10 @@ import falcon
 from skulk.cluster.engines import AUTO
 from skulk.cluster.replica import StateReplica
 from skulk.services.api.dialects.models import Catalog
-from skulk.services.api.http.request_body import http_error, json_body
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import INTEGER, STRING, TEXT, Schema, array, enum, obj
-from skulk.services.api.links.gateway import Gateway, MasterUnavailable
+from skulk.services.api.links.master_client import WHILE_FORMING, MasterClient, MasterUnavailable
 from skulk.services.api.observe.state_json import CARD, card_json
 from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Reply
 from skulk.wire.models import EngineKind
@@ -25,8 +26,8 @@ MAX_NODES = 1024
 
 
 class PlaceResource:
-    def __init__(self, gateway: Gateway, replica: StateReplica, catalog: Catalog) -> None:
-        self.gateway = gateway
+    def __init__(self, master: MasterClient, replica: StateReplica, catalog: Catalog) -> None:
+        self.master = master
         self.replica = replica
         self.catalog = catalog
 
@@ -54,25 +55,22 @@ class PlaceResource:
 
     def _place(self, cmd: PlaceInstance) -> Reply:
         """Right after formation the state may not list every node yet: that is info-pending
-        (wait up to 15 s for the state to catch up, then 503), never a false 400."""
-        deadline = time.monotonic() + INFO_PENDING_S
-        attempt = 0
-        while True:
-            try:
-                reply = self.gateway.command(replace(cmd, command_id=f"{cmd.command_id}-{attempt}"))
-            except MasterUnavailable as exc:
-                raise http_error(503, str(exc)) from None
-            attempt += 1
-            if not isinstance(reply, CommandRejected):
-                return reply
-            if reply.reason != RejectReason.TOO_FEW_NODES or not self._forming(cmd):  # not info-pending
-                raise http_error(reply.status, reply.message)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise http_error(503, f"{reply.message}; node info is still being gathered (the "
-                                      f"cluster may be forming), retry shortly (waited {INFO_PENDING_S:.0f}s)")
-            state = self.replica.get(timeout=0)
-            self.replica.wait_change(state.last_event_applied_idx if state else -1, min(left, 1.0))
+        (asked again on each change of the state for up to 15 s, then 503), never a false 400."""
+        try:
+            reply = WHILE_FORMING.ask(self.master, lambda n: replace(cmd, command_id=f"{cmd.command_id}-{n}"),
+                                      still=lambda _reply: self._forming(cmd), pause=self._state_change)
+        except MasterUnavailable as exc:
+            raise http_error(503, str(exc)) from None
+        if not isinstance(reply, CommandRejected):
+            return reply
+        if reply.reason == RejectReason.TOO_FEW_NODES and self._forming(cmd):  # still info-pending
+            raise http_error(503, f"{reply.message}; node info is still being gathered (the cluster may be "
+                                  f"forming), retry shortly (waited {WHILE_FORMING.budget_s:.0f}s)")
+        raise http_error(reply.status, reply.message)
+
+    def _state_change(self, most_s: float) -> None:
+        state = self.replica.get(timeout=0)
+        self.replica.wait_change(state.last_event_applied_idx if state else -1, most_s)
 
     def _forming(self, cmd: PlaceInstance) -> bool:
         state = self.replica.get(timeout=0)
@@ -81,7 +79,6 @@ class PlaceResource:
         return self.replica.members > known or (young and cmd.min_nodes > known)
 
 
-INFO_PENDING_S = 15.0
 FORMING_S = 15.0
 """A node this young may not have met its peers yet: a too-small topology is info-pending."""
 

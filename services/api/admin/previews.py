@@ -12,7 +12,7 @@ from skulk.cluster.placement import PlacementError, drafter_bytes, shares
 from skulk.cluster.previews import previews
 from skulk.cluster.replica import StateReplica
 from skulk.services.api.dialects.models import Catalog
-from skulk.services.api.http.request_body import state_or_503
+from skulk.services.api.http.cluster_replies import state_or_503
 from skulk.services.api.http.schema import INTEGER, STRING, Schema, array, enum, map_of, nullable, obj
 from skulk.services.api.observe.state_json import INSTANCE, instance_json
 

@@ -7,21 +7,22 @@ import uuid
 
 import falcon
 
-from skulk.services.api.http.request_body import ask, http_error
+from skulk.services.api.http.cluster_replies import master_reply
+from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.schema import STRING, Schema, enum, obj
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.master_client import MasterClient
 from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, RejectReason, RestartNode
 
 
 class AdminRestartResource:
-    def __init__(self, gateway: Gateway, node_id: str) -> None:
-        self.gateway = gateway
+    def __init__(self, master: MasterClient, node_id: str) -> None:
+        self.master = master
         self.node_id = node_id
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         target = req.get_param("node_id") or self.node_id
         restart = RestartNode(command_id=uuid.uuid4().hex, node_id=target)
-        reply = ask(self.gateway, restart)
+        reply = master_reply(self.master, restart)
         if isinstance(reply, CommandRejected) and reply.reason == RejectReason.RESTART_PENDING:
             resp.status = falcon.HTTP_409  # upstream's body, not the error envelope
             resp.media = {"status": RESTART_PENDING, "node_id": target}

@@ -19,9 +19,11 @@ import falcon
 from skulk.cluster.replica import StateReplica
 from skulk.node.eventlog_files import MODE_FILE
 from skulk.node.staged import in_use_here, staged_copies
-from skulk.services.api.http.request_body import command, http_error, json_body
+from skulk.services.api.http.cluster_replies import master_accepts
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, enum, nullable, obj
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.master_client import MasterClient
 from skulk.wire.models import dir_name
 from skulk.wire.staging import PurgeStaging
 
@@ -67,8 +69,8 @@ class StorageResource:
 
 
 class PurgeResource:
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    def __init__(self, master: MasterClient) -> None:
+        self.master = master
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = json_body(req)  # required, as upstream (`{}` purges every model)
@@ -78,7 +80,7 @@ class PurgeResource:
         if not isinstance(model_id, str):
             raise http_error(422, "modelId must be a string")
         cmd = PurgeStaging(command_id=uuid.uuid4().hex, model_id=model_id)
-        command(self.gateway, cmd)
+        master_accepts(self.master, cmd)
         resp.media = {"commandId": cmd.command_id, "message": "Purge staging command broadcast to all nodes"
                       + (f" for model {model_id}" if model_id else "")}
 

@@ -16,7 +16,7 @@ import falcon
 from skulk.cluster.replica import StateReplica
 from skulk.node.model_store import ModelStoreConfig
 from skulk.node.staged import store_url
-from skulk.services.api.http.request_body import http_error
+from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.schema import ANY_OBJECT, INTEGER, STRING, Schema, obj
 from skulk.wire import curve
 from skulk.wire.models import ModelDirError, dir_name

@@ -8,9 +8,11 @@ import uuid
 import falcon
 
 from skulk.cluster.replica import StateReplica
-from skulk.services.api.http.request_body import command, http_error, json_body
+from skulk.services.api.http.cluster_replies import master_accepts
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import BOOLEAN, Schema, obj
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.master_client import MasterClient
 from skulk.wire.tracing import SetTracing
 
 FLIP_WAIT_S = 2.0
@@ -18,8 +20,8 @@ FLIP_WAIT_S = 2.0
 
 
 class TracingResource:
-    def __init__(self, replica: StateReplica, gateway: Gateway) -> None:
-        self.replica, self.gateway = replica, gateway
+    def __init__(self, replica: StateReplica, master: MasterClient) -> None:
+        self.replica, self.master = replica, master
 
     def enabled(self) -> bool:
         state = self.replica.get(timeout=1.0)
@@ -33,7 +35,7 @@ class TracingResource:
         if not isinstance(body, dict) or set(body) != {"enabled"} or not isinstance(body["enabled"], bool):
             raise http_error(422, 'the body must be {"enabled": true|false} (no other keys)')
         want = body["enabled"]
-        command(self.gateway, SetTracing(command_id=uuid.uuid4().hex, enabled=want))
+        master_accepts(self.master, SetTracing(command_id=uuid.uuid4().hex, enabled=want))
         deadline = time.monotonic() + FLIP_WAIT_S
         state = self.replica.get(timeout=1.0)
         while state is not None and state.tracing_enabled != want and time.monotonic() < deadline:

@@ -11,8 +11,8 @@ import falcon
 
 from skulk.cluster.state import TaskParams
 from skulk.services.api.generate.generation import Generation, GenerationError, Stream, collect, fail_status
-from skulk.services.api.http.errors import ApiError
-from skulk.services.api.http.request_body import check_messages, http_error, json_body
+from skulk.services.api.http.errors import ApiError, http_error
+from skulk.services.api.http.request_body import check_messages, json_body
 from skulk.wire.inference import Done, Failed, TokenChunk
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "close", "X-Accel-Buffering": "no"}

@@ -13,7 +13,7 @@ from typing import Any
 import falcon
 
 from skulk.cluster.state import TaskParams
-from skulk.services.api.dialects import openai_format as fmt
+from skulk.services.api.dialects import openai_chat as fmt
 from skulk.services.api.dialects.adapter import open_stream, respond
 from skulk.services.api.dialects.fields import (
     FLAG,
@@ -30,7 +30,8 @@ from skulk.services.api.dialects.fields import (
 )
 from skulk.services.api.generate.generation import Generation, Stream, fail_status
 from skulk.services.api.generate.timing import KeepAlive
-from skulk.services.api.http.request_body import http_error, json_body
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
 from skulk.services.api.http.sse import sse_comment, sse_data
 from skulk.wire.inference import Done, Failed, TokenChunk

@@ -17,7 +17,7 @@ import falcon
 from skulk.cluster.catalog import cards_of, catalogs_pending
 from skulk.cluster.replica import StateReplica
 from skulk.node.model_cards import scan
-from skulk.services.api.http.request_body import http_error
+from skulk.services.api.http.errors import http_error
 from skulk.services.api.observe.state_json import model_entry
 from skulk.wire.models import ModelCard
 

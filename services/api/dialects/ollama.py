@@ -38,7 +38,8 @@ from skulk.services.api.dialects.response_format import grammar_of, ollama_forma
 from skulk.services.api.generate.generation import Generation, Stream
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.declare import NDJSON
-from skulk.services.api.http.request_body import http_error, json_body
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import (
     BOOLEAN,
     INTEGER,

@@ -1,23 +1,15 @@
 """`response_format` to a grammar the runner enforces (pure; no MLX in the API process).
 
-llguidance (Microsoft's low-level guidance library: a Rust core with prebuilt abi3 wheels, no
-torch dependency, JSON Schema support) compiles the schema here, so an unusable schema is a
-400 at once; the runner turns the grammar into a logits processor (`runner/grammar.py`).
+The schema is compiled here (`node/json_grammar.py`), so an unusable schema is a 400 at once;
+the runner turns the grammar into a logits processor (`runner/grammar.py`).
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from skulk.node.json_grammar import GrammarError, json_schema_grammar
 from skulk.services.api.http.errors import ApiError
-
-if TYPE_CHECKING:
-    from llguidance._lib import JsonCompileOptions  # declared in llguidance's stub only
-
-COMPACT: JsonCompileOptions = {"whitespace_flexible": False}
-"""No free whitespace between JSON tokens: a weak model could otherwise spend its whole budget
-on blank lines inside a valid prefix."""
 
 
 def ollama_format(fmt: Any) -> dict[str, Any] | None:
@@ -42,8 +34,6 @@ def responses_format(text: Any) -> dict[str, Any] | None:
 def grammar_of(response_format: Any) -> str:
     """The llguidance grammar of an OpenAI `response_format` (a 400 when unusable):
     `json_schema` constrains to its schema, `json_object` to any JSON object, `text` to nothing."""
-    import llguidance
-
     if response_format is None:
         return ""
     if not isinstance(response_format, dict):
@@ -61,10 +51,6 @@ def grammar_of(response_format: Any) -> str:
     else:
         raise ApiError(400, "response_format.type must be 'text', 'json_object' or 'json_schema'")
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=COMPACT)
-        error = llguidance.LLMatcher.validate_grammar(grammar)
-    except (ValueError, TypeError) as exc:
+        return json_schema_grammar(schema)
+    except GrammarError as exc:
         raise ApiError(400, f"response_format: the JSON schema cannot be used: {exc}") from None
-    if error and not error.startswith("WARNING"):
-        raise ApiError(400, f"response_format: the JSON schema cannot be used: {error}")
-    return grammar

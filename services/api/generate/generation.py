@@ -14,7 +14,6 @@ abandoned request and the master is told how the task ended.
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 import logging
 import time
@@ -36,8 +35,8 @@ from skulk.services.api.generate.event_record import EventRecorder
 from skulk.services.api.generate.metering import ApiShape, StreamMeter
 from skulk.services.api.generate.request_trace import RequestTrace
 from skulk.services.api.generate.timing import KeepAlive, StreamTiming
-from skulk.services.api.links import failover
-from skulk.services.api.links.gateway import Gateway, MasterUnavailable
+from skulk.services.api.links.master_client import THROUGH_FAILOVER, MasterClient, MasterUnavailable
+from skulk.services.api.links.runner_link import RunnerLink
 from skulk.wire.commands import (
     NO_INSTANCE,
     CommandRejected,
@@ -140,7 +139,7 @@ class Stream:
 
     @property
     def _timing(self) -> StreamTiming:
-        return self.generation.gateway.timing
+        return self.generation.runners.timing
 
     def _resume(self, failed: Failed) -> Generator[Event, None, bool]:
         """Go on with the answer on another serving instance (True), keep-alives meanwhile, or
@@ -182,7 +181,7 @@ class Stream:
         with _bound(self.routed):
             if outcome is None:  # the client went away (or the server is stopping)
                 log.info("request %s: client gone, cancelling", self.command_id)
-                self.generation.gateway.cancel(self.routed.endpoint, self.command_id)
+                self.generation.runners.cancel(self.routed.endpoint, self.command_id)
             else:
                 log.info("request %s: %s", self.command_id, _describe(outcome))
             self.generation.finished(self.routed, outcome)
@@ -196,9 +195,10 @@ class Stream:
 
 
 class Generation:
-    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str,
+    def __init__(self, master: MasterClient, runners: RunnerLink, replica: StateReplica, node_id: str,
                  api: ApiShape = ApiShape.OTHER) -> None:
-        self.gateway = gateway
+        self.master = master
+        self.runners = runners
         self.replica = replica
         self.node_id = node_id
         self.home: Path | None = None  # where traced requests' spans go (set by the app)
@@ -243,13 +243,13 @@ class Generation:
         """Routed and admitted; while the model's lost capacity comes back (`resume.recovering`:
         no instance serves yet, or the one routed to was lost before admitting the request),
         asked again, for at most `api.resume.wait_s`."""
-        deadline = time.monotonic() + self.gateway.timing.resume_wait_s
+        deadline = time.monotonic() + self.runners.timing.resume_wait_s
         attempts = 0
         while True:
             try:
                 return self._open_once(params)
             except GenerationError as exc:
-                if exc.reason in resume.RESUMABLE and attempts < self.gateway.timing.resume_attempts \
+                if exc.reason in resume.RESUMABLE and attempts < self.runners.timing.resume_attempts \
                         and time.monotonic() < deadline:
                     attempts += 1  # lost before it admitted the request: nothing was sent yet
                     log.warning("request for %s: %s before admission; routing it again", params.model, exc.reason)
@@ -263,8 +263,8 @@ class Generation:
         opened_us = now_us()
         default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
         params = context_checked(params, self.context_limit(params.model))
-        try:  # asked again while the leader changes (a rolling restart): `failover.py`
-            routed = failover.route(self.gateway, functools.partial(self._command, params))
+        try:  # asked again while the leader changes (a rolling restart)
+            routed = THROUGH_FAILOVER.ask(self.master, lambda _attempt: self._command(params))
         except MasterUnavailable as exc:
             raise GenerationError(503, RejectReason.NO_LEADER, str(exc)) from None
         if isinstance(routed, CommandRejected):
@@ -288,7 +288,7 @@ class Generation:
         """Wait (a state change, at most a second) if the model's lost capacity is coming back
         and the deadline allows: True to ask again, False to answer now (`api.resume` off: never)."""
         state = self.replica.get(timeout=0)
-        if not self.gateway.timing.resume_attempts or state is None or not resume.recovering(state, model) \
+        if not self.runners.timing.resume_attempts or state is None or not resume.recovering(state, model) \
                 or time.monotonic() >= deadline:
             return False
         log.info("no instance of %s serves yet, one is coming back: waiting", model)
@@ -300,7 +300,7 @@ class Generation:
         """Wait for the runner's answer: the stream, or its refusal raised."""
         state = self.replica.get(timeout=0)
         inst = state.instances.get(routed.instance_id) if state else None
-        events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+        events = self.runners.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
                                      routed.runner_id, params, inst.context_token_limit if inst else 0,
                                      default_budget, routed.trace)
         quiet: list[KeepAlive] = []  # a runner busy with a long step answers between steps
@@ -331,7 +331,7 @@ class Generation:
         worth waiting (no instance serves the model yet, the leader is changing, a runner
         refused it as busy or was lost too), False when it never will be."""
         try:
-            routed = failover.route(self.gateway, functools.partial(self._command, params))
+            routed = THROUGH_FAILOVER.ask(self.master, lambda _attempt: self._command(params))
         except MasterUnavailable:
             return True
         if isinstance(routed, CommandRejected):
@@ -339,7 +339,7 @@ class Generation:
         assert isinstance(routed, Routed)
         state = self.replica.get(timeout=0)
         inst = state.instances.get(routed.instance_id) if state else None
-        events = self.gateway.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+        events = self.runners.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
                                      routed.runner_id, params, inst.context_token_limit if inst else 0,
                                      default_budget, routed.trace)
         quiet: list[KeepAlive] = []
@@ -364,7 +364,7 @@ class Generation:
             cmd = TaskFinished(command_id=uuid.uuid4().hex, finished_command_id=routed.command_id,
                                failed=failed, error_message=outcome.error if isinstance(outcome, Failed) else "",
                                reason=outcome.reason if isinstance(outcome, Failed) else "")
-        self.gateway.tell(cmd)
+        self.master.tell(cmd)
 
 
 def _bound(routed: Routed) -> AbstractContextManager[None]:
@@ -381,7 +381,7 @@ def _describe(outcome: Done | Failed) -> str:
 def _without_started(events: Iterator[object]) -> Iterator[Event]:
     for event in events:
         if not isinstance(event, Started):
-            yield cast(Event, event)  # a runner's reply stream is Started, then `Event`s (`Gateway.stream`)
+            yield cast(Event, event)  # a runner's reply stream is Started, then `Event`s (`RunnerLink.stream`)
 
 
 def collect(stream: Stream) -> tuple[list[TokenChunk], Done | Failed]:

@@ -1,8 +1,8 @@
 """`create_app(...)`: the Falcon application of one gunicorn worker (Falcon "look" style).
 
-Built after the fork, in each worker: it starts the worker's state replica thread and a
-gateway whose sockets are per thread. The routes come from the one table (`routes.py`), which
-the OpenAPI document (`GET /api/openapi.json`) is generated from too.
+Built after the fork, in each worker: it starts the worker's state replica thread, and its
+links to the master and the runners (their sockets are per thread). The routes come from the one
+table (`routes.py`), which the OpenAPI document (`GET /api/openapi.json`) is generated from too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from skulk.services.api.http.errors import handle_unexpected, serialize_error
 from skulk.services.api.http.limits import LimitsMiddleware
 from skulk.services.api.http.routes import ROUTES
 from skulk.services.api.http.unread_body import DrainMiddleware
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.master_client import MasterClient
+from skulk.services.api.links.runner_link import RunnerLink
 from skulk.services.api.observe.diagnostics_runners import placed_here
 from skulk.services.api.observe.runner_view import RunnerView
 from skulk.wire.version import skulk_version
@@ -38,11 +39,12 @@ def create_app(home: Path, run_dir: Path, node_id: str, timing: StreamTiming | N
     replica = StateReplica(run_dir)
     # this node's runners as they report on the bus (kept while the state still places them here)
     view = RunnerView(lambda: frozenset(placed_here(replica.get(timeout=0), node_id))).start(run_dir)
-    gateway = Gateway(run_dir, replica, timing or StreamTiming())
-    generation = Generation(gateway, replica, node_id)
+    master = MasterClient(run_dir)
+    runners = RunnerLink(replica, timing or StreamTiming())
+    generation = Generation(master, runners, replica, node_id)
     generation.home = home  # traced requests' spans (`request_trace.py`)
     generation.events = EventRecorder(run_dir)  # chunks and requests in the event log (`event_record.py`)
-    return build_app(Deps(replica=replica, gateway=gateway, generation=generation,
+    return build_app(Deps(replica=replica, master=master, runners=runners, generation=generation,
                           node_id=node_id, models=home / "models", version=skulk_version(),
                           config_file=config_file or home / "skulk.yaml", home=home,
                           staging_root=staging_root, store=store, listen=listen, run_dir=run_dir,

@@ -20,7 +20,8 @@ from skulk.node.api_keys import ApiKey, Scope
 from skulk.node.model_store import ModelStoreConfig
 from skulk.services.api.generate.generation import Generation
 from skulk.services.api.http.schema import Schema
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.master_client import MasterClient
+from skulk.services.api.links.runner_link import RunnerLink
 from skulk.services.api.observe.runner_view import RunnerView
 
 JSON = "application/json"
@@ -73,7 +74,8 @@ class Deps:
     """What a worker's resources are built from (one of each per gunicorn worker)."""
 
     replica: StateReplica
-    gateway: Gateway
+    master: MasterClient
+    runners: RunnerLink
     generation: Generation
     node_id: str
     models: Path

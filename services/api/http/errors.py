@@ -90,3 +90,8 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exception
     if refused is not None:
         raise falcon.HTTPError(refused[0], description=refused[1])
     raise falcon.HTTPInternalServerError(description=f"{type(exc).__name__}: {exc}")
+
+
+def http_error(status: int, message: str) -> falcon.HTTPError:
+    """An HTTP error with its status as given (499: the command was cancelled, nginx's code)."""
+    return falcon.HTTPError(status if 400 <= status < 600 else 500, description=message)

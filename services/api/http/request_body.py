@@ -1,4 +1,5 @@
-"""Helpers every resource shares: reading a JSON body and turning replies into HTTP errors."""
+"""A request's JSON body, read once and checked before any resource looks at it: size, depth,
+integers a wire frame can carry, the number of messages."""
 
 from __future__ import annotations
 
@@ -7,20 +8,10 @@ from typing import Any
 
 import falcon
 
-from skulk.cluster.replica import StateReplica
-from skulk.cluster.state import State
+from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.limits import too_large
-from skulk.services.api.links.gateway import Gateway, MasterUnavailable
-from skulk.wire.commands import CommandRejected, Reply
-from skulk.wire.message import Message
 from skulk.wire.schema import INT_MAX as WIRE_INT_MAX
 from skulk.wire.schema import INT_MIN as WIRE_INT_MIN
-
-
-def http_error(status: int, message: str) -> falcon.HTTPError:
-    """An HTTP error with its status as given (499: the command was cancelled, nginx's code)."""
-    return falcon.HTTPError(status if 400 <= status < 600 else 500, description=message)
-
 
 MAX_BODY = 32 * 1024 * 1024
 MAX_MESSAGES = 1024
@@ -95,26 +86,3 @@ def out_of_range(value: Any, path: str = "") -> str | None:
             if (found := out_of_range(item, f"{path}[{i}]")) is not None:
                 return found
     return None
-
-
-def state_or_503(replica: StateReplica, timeout: float = 5.0) -> State:
-    state = replica.get(timeout)
-    if state is None:
-        raise http_error(503, "cluster state is not available yet (the master is starting); retry shortly")
-    return state
-
-
-def ask(gateway: Gateway, cmd: Message) -> Reply:
-    """The master's reply, a rejection included (the caller decides on its `reason`)."""
-    try:
-        return gateway.command(cmd)
-    except MasterUnavailable as exc:
-        raise http_error(503, str(exc)) from None
-
-
-def command(gateway: Gateway, cmd: Message) -> Reply:
-    """The master's acceptance; a rejection becomes its HTTP error."""
-    reply = ask(gateway, cmd)
-    if isinstance(reply, CommandRejected):
-        raise http_error(reply.status, reply.message)
-    return reply

@@ -29,11 +29,8 @@ from skulk.services.api.admin import (
 from skulk.services.api.admin import restart as admin
 from skulk.services.api.admin.tracing import TRACING, TracingResource
 from skulk.services.api.dialects import anthropic, completions, models, ollama, responses
-from skulk.services.api.dialects import openai_format as fmt
-from skulk.services.api.dialects.embedding_request import EMBEDDING_LIST, EMBEDDING_REQUEST
-from skulk.services.api.dialects.embeddings import EmbeddingsResource
-from skulk.services.api.dialects.fields import CHAT_REQUEST
-from skulk.services.api.dialects.openai_chat import ChatResource
+from skulk.services.api.dialects.embeddings import EMBEDDING_LIST, EMBEDDING_REQUEST, EmbeddingsResource
+from skulk.services.api.dialects.openai_chat import BENCH_COMPLETION, CHAT_COMPLETION, CHAT_REQUEST, ChatResource
 from skulk.services.api.generate.generation import Generation
 from skulk.services.api.generate.metering import ApiShape
 from skulk.services.api.http.declare import NDJSON, SSE, Deps, Op, Param, Route
@@ -109,10 +106,10 @@ ROUTES: tuple[Route, ...] = (
     # ---- inference (OpenAI, Anthropic, Ollama shapes; one generation path) -------------------------
     Route("/v1/chat/completions", lambda d: ChatResource(_gen(d, ApiShape.OPENAI_CHAT)), {
         "POST": _generation_op("OpenAI chat completion (streams with `stream: true`)",
-                               CHAT_REQUEST, fmt.CHAT_COMPLETION)}, "openai", scope=INFERENCE),
+                               CHAT_REQUEST, CHAT_COMPLETION)}, "openai", scope=INFERENCE),
     Route("/bench/chat/completions", lambda d: ChatResource(_gen(d, ApiShape.BENCH), bench=True), {
         "POST": Op("A whole chat completion with its generation stats (never streams)",
-                   ok=fmt.BENCH_COMPLETION, body=CHAT_REQUEST, errors=GENERATION_ERRORS, generation=True)},
+                   ok=BENCH_COMPLETION, body=CHAT_REQUEST, errors=GENERATION_ERRORS, generation=True)},
           "openai", scope=INFERENCE),
     Route("/v1/completions", lambda d: completions.CompletionsResource(_gen(d, ApiShape.OPENAI_COMPLETIONS)), {
         "POST": _generation_op("OpenAI legacy completion of a raw prompt (no chat template)",
@@ -124,11 +121,11 @@ ROUTES: tuple[Route, ...] = (
     Route("/v1/messages", lambda d: anthropic.MessagesResource(_gen(d, ApiShape.ANTHROPIC_MESSAGES)), {
         "POST": _generation_op("Anthropic Messages", anthropic.MESSAGES_REQUEST, anthropic.MESSAGE)},
           "anthropic", scope=INFERENCE),
-    Route("/v1/embeddings", lambda d: EmbeddingsResource(d.gateway, d.replica, d.node_id), {
+    Route("/v1/embeddings", lambda d: EmbeddingsResource(d.master, d.runners, d.replica, d.node_id), {
         "POST": Op("OpenAI embeddings from an embedding model (float or base64)", ok=EMBEDDING_LIST,
                    body=EMBEDDING_REQUEST, errors=(400, 404, 500, 503), generation=True)}, "openai",
           scope=INFERENCE),
-    Route("/v1/cancel/{command_id}", lambda d: cancel.CancelResource(d.gateway, d.replica, d.node_id), {
+    Route("/v1/cancel/{command_id}", lambda d: cancel.CancelResource(d.runners, d.replica, d.node_id), {
         "POST": Op("Cancel a generation streaming from this node", ok=cancel.CANCELLED, errors=(404, 503))},
           "openai", scope=INFERENCE),  # the command id (random, told only to its client) is the capability
     ollama_route("chat", lambda d: ollama.OllamaGenerateResource(_gen(d, ApiShape.OLLAMA_CHAT), "chat"), {
@@ -155,7 +152,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/models/add", lambda d: model_add.ModelAddResource(d.models), {
         "POST": Op("Import a model from a path on this node (a .gguf file or a model directory) into its "
                    "models dir", ok=MODEL_ENTRY, body=model_add.ADD_REQUEST, errors=(400, 404, 409, 507))}, "cluster"),
-    Route("/place_instance", lambda d: place.PlaceResource(d.gateway, d.replica, _catalog(d)), {
+    Route("/place_instance", lambda d: place.PlaceResource(d.master, d.replica, _catalog(d)), {
         "POST": Op("Place an instance of a model on the cluster", ok=place.PLACED, body=place.PLACE_REQUEST,
                    errors=(400, 404, 503))}, "cluster"),
     Route("/instance/previews", lambda d: previews.PreviewsResource(d.replica, _catalog(d)), {
@@ -164,7 +161,7 @@ ROUTES: tuple[Route, ...] = (
                   query=(Param("model_id", TEXT, "the model", required=True),
                          Param("excluded_node_ids", array(STRING), "nodes to leave out (repeatable)")))},
           "cluster"),
-    Route("/instance/{instance_id}", lambda d: instance.InstanceResource(d.gateway, d.replica), {
+    Route("/instance/{instance_id}", lambda d: instance.InstanceResource(d.master, d.replica), {
         "GET": Op("One instance (tagged by its kind)", ok=INSTANCE, errors=(404, 503)),
         "DELETE": Op("Delete an instance", ok=instance.DELETING, errors=(404, 503))}, "cluster"),
     # ---- state, identity, health -------------------------------------------------------------------
@@ -179,7 +176,7 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("Idle or busy (a runner of this node generating), and the version; 503 draining while "
                   "the node restarts in place", ok=health.HEALTH, other={503: health.DRAINING})},
           "cluster", scope=PUBLIC),
-    Route("/metrics", lambda d: MetricsResource(d.replica, d.gateway, d.staging_root), {
+    Route("/metrics", lambda d: MetricsResource(d.replica, d.run_dir, d.staging_root), {
         "GET": Op("This node's Prometheus metrics (text format 0.0.4)", ok=METRICS, media="text/plain")},
           "cluster"),
     # ---- diagnostics (upstream's; `/cluster/timeline` before `/cluster/{node_id}`) -------------------
@@ -187,7 +184,7 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("This node: runtime, resources, processes, its runners' flight recorders, placements",
                   ok=NODE_DIAGNOSTICS, query=(ENTRIES,))}, "diagnostics"),
     Route("/v1/diagnostics/node/runners/{runner_id}/cancel",
-          lambda d: diagnostics.NodeCancelResource(d.gateway, d.replica, d.node_id), {
+          lambda d: diagnostics.NodeCancelResource(d.runners, d.replica, d.node_id), {
               "POST": Op("Cancel one task on one of this node's runners", ok=diagnostics.CANCELLED,
                          body=diagnostics.CANCEL_REQUEST, errors=(400, 404, 409, 503))}, "diagnostics"),
     Route("/v1/diagnostics/cluster", lambda d: fanout.ClusterDiagnosticsResource(_fan(d)), {
@@ -200,12 +197,12 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("One node's diagnostics (this one, or proxied)", ok=NODE_DIAGNOSTICS, errors=(404, 502),
                   query=(ENTRIES,))}, "diagnostics"),
     Route("/v1/diagnostics/cluster/{node_id}/runners/{runner_id}/cancel",
-          lambda d: fanout.ClusterCancelResource(_fan(d), diagnostics.NodeCancelResource(d.gateway, d.replica,
+          lambda d: fanout.ClusterCancelResource(_fan(d), diagnostics.NodeCancelResource(d.runners, d.replica,
                                                                                         d.node_id)), {
               "POST": Op("Cancel one task on a runner of any node (proxied)", ok=diagnostics.CANCELLED,
                          body=diagnostics.CANCEL_REQUEST, errors=(400, 404, 409, 502, 503))}, "diagnostics"),
     # ---- configuration and admin -------------------------------------------------------------------
-    Route("/config", lambda d: config.ConfigResource(d.gateway, d.replica, d.node_id, d.config_file), {
+    Route("/config", lambda d: config.ConfigResource(d.master, d.replica, d.node_id, d.config_file), {
         "GET": Op("This node's skulk.yaml, secrets stripped", ok=config.CONFIG, errors=(500,)),
         "PUT": Op("Validate, save and share the cluster's configuration", ok=config.CONFIG_SAVED,
                   body=config.CONFIG_REQUEST, errors=(400, 422, 503))}, "admin"),
@@ -213,7 +210,7 @@ ROUTES: tuple[Route, ...] = (
         "GET": Op("This node's event log, tagged events oldest first (the newest `limit`)", ok=events.EVENTS,
                   errors=(400,), query=(Param("limit", INTEGER, "how many of the newest events (1000)"),))},
           "cluster"),
-    Route("/v1/tracing", lambda d: TracingResource(d.replica, d.gateway), {
+    Route("/v1/tracing", lambda d: TracingResource(d.replica, d.master), {
         "GET": Op("Whether new requests are traced (cluster-wide)", ok=TRACING),
         "PUT": Op("Switch tracing cluster-wide for new requests", ok=TRACING, body=TRACING,
                   errors=(400, 422, 503))}, "tracing"),
@@ -247,7 +244,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/store/storage", lambda d: store.StorageResource(d.replica, d.node_id, d.home, d.staging_root), {
         "GET": Op("This node's staged models, event log and disk (local only: ask each node)",
                   ok=store.STORAGE)}, "store"),
-    Route("/store/purge-staging", lambda d: store.PurgeResource(d.gateway), {
+    Route("/store/purge-staging", lambda d: store.PurgeResource(d.master), {
         "POST": Op("Remove staged copies nobody uses, on every node (`{}`: all; `modelId`: one)",
                    ok=store.PURGED, body=store.PURGE_REQUEST, errors=(400, 422, 503))}, "store"),
     Route("/store/health", lambda d: store_proxy.StoreHealthResource(_store(d)), {
@@ -267,7 +264,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/admin/clusters", lambda d: clusters.ClustersResource(_fan(d), d.namespace), {
         "GET": Op("The cluster this node belongs to: nodes and their health, each instance as a pool of ranks",
                   ok=clusters.CLUSTERS, errors=(503,))}, "admin"),
-    Route("/admin/restart", lambda d: admin.AdminRestartResource(d.gateway, d.node_id), {
+    Route("/admin/restart", lambda d: admin.AdminRestartResource(d.master, d.node_id), {
         "POST": Op("Replace a node's process in place (same PID)", ok=admin.RESTARTING, errors=(404, 503),
                    query=(Param("node_id", STRING, "the node to restart (default: this one)"),),
                    other={409: admin.RESTART_ALREADY_PENDING})}, "admin"),

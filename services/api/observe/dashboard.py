@@ -15,7 +15,7 @@ from importlib.resources.abc import Traversable
 
 import falcon
 
-from skulk.services.api.http.request_body import http_error
+from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.schema import STRING, Schema
 
 PAGE = "index.html"

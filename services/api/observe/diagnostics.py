@@ -19,9 +19,11 @@ import falcon
 
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import State, TaskStatus
-from skulk.services.api.http.request_body import http_error, json_body, state_or_503
+from skulk.services.api.http.cluster_replies import state_or_503
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import STRING, TEXT, Schema, enum, obj
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.runner_link import RunnerLink
 from skulk.services.api.observe import diagnostics_host as host
 from skulk.services.api.observe.diagnostics_node import NodeFacts, node_diagnostics
 from skulk.services.api.observe.runner_view import RING, RunnerView
@@ -104,8 +106,8 @@ def parse_cancel(body: Any) -> str:
 
 
 class NodeCancelResource:
-    def __init__(self, gateway: Gateway, replica: StateReplica, node_id: str) -> None:
-        self.gateway, self.replica, self.node_id = gateway, replica, node_id
+    def __init__(self, runners: RunnerLink, replica: StateReplica, node_id: str) -> None:
+        self.runners, self.replica, self.node_id = runners, replica, node_id
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, runner_id: str) -> None:
         resp.media = self.cancel(runner_id, parse_cancel(json_body(req)))
@@ -114,7 +116,7 @@ class NodeCancelResource:
         state = state_or_503(self.replica, timeout=2.0)
         plan = plan_cancel(state, self.node_id, runner_id, task_id)
         if plan.endpoint:
-            self.gateway.cancel_once(plan.endpoint, plan.command_id)
+            self.runners.cancel_once(plan.endpoint, plan.command_id)
         return {"nodeId": self.node_id, "runnerId": runner_id, "taskId": task_id,
                 "status": plan.status, "message": plan.message}
 

@@ -17,7 +17,8 @@ from urllib.parse import quote
 import falcon
 
 from skulk.cluster.state import State
-from skulk.services.api.http.request_body import http_error, json_body
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.links.peers import Peer, ask, ask_all, peers_of
 from skulk.services.api.observe.diagnostics import (
     NodeCancelResource,

@@ -13,7 +13,7 @@ import falcon
 
 from skulk.cluster.state import IndexedEvent
 from skulk.node.eventlog_files import iter_records, log_files
-from skulk.services.api.http.request_body import http_error
+from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.schema import ANY_OBJECT, Schema, array
 from skulk.wire.codec import decode
 from skulk.wire.errors import WireError

@@ -24,7 +24,7 @@ from skulk.cluster.replica import StateReplica
 from skulk.node import metrics
 from skulk.node.staged import staged_copies
 from skulk.services.api.http.schema import STRING, Schema
-from skulk.services.api.links.gateway import Gateway
+from skulk.services.api.links.supervisor_link import supervisor_status
 
 log = logging.getLogger("skulk.api.metrics")
 
@@ -35,14 +35,14 @@ METRICS: Schema = STRING
 class NodeCollector(Collector):
     """One scrape's metric families: the processes' files, then what is read now."""
 
-    def __init__(self, replica: StateReplica, gateway: Gateway, staging_root: Path | None) -> None:
-        self.replica, self.gateway, self.staging = replica, gateway, staging_root
+    def __init__(self, replica: StateReplica, run_dir: Path, staging_root: Path | None) -> None:
+        self.replica, self.run_dir, self.staging = replica, run_dir, staging_root
 
     def collect(self) -> Iterator[Metric]:
         state = self.replica.get(timeout=0)
         live = metrics.live_runners(state) if state is not None else None
         yield from metrics.only_live_runners(self._written(), live)
-        status = self.gateway.supervisor_status()
+        status = supervisor_status(self.run_dir)
         if status is None:
             log.warning("metrics: the supervisor did not answer; restarts and processes left out")
         else:
@@ -57,8 +57,8 @@ class NodeCollector(Collector):
 
 
 class MetricsResource:
-    def __init__(self, replica: StateReplica, gateway: Gateway, staging_root: Path | None) -> None:
-        self.collector = NodeCollector(replica, gateway, staging_root)
+    def __init__(self, replica: StateReplica, run_dir: Path, staging_root: Path | None) -> None:
+        self.collector = NodeCollector(replica, run_dir, staging_root)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         registry = CollectorRegistry(auto_describe=False)

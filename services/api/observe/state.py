@@ -5,7 +5,7 @@ from __future__ import annotations
 import falcon
 
 from skulk.cluster.replica import StateReplica
-from skulk.services.api.http.request_body import state_or_503
+from skulk.services.api.http.cluster_replies import state_or_503
 from skulk.services.api.observe.state_json import state_json
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import falcon
 
 from skulk.node.trace_files import traces_root, valid_task_id
-from skulk.services.api.http.request_body import http_error, json_body
+from skulk.services.api.http.errors import http_error
+from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import ANY_OBJECT, BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, map_of, obj
 from skulk.services.api.observe.trace_reader import delete_traces, list_traces, load_trace
 from skulk.services.api.observe.trace_views import chrome, stats

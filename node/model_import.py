@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from skulk.node.model_cards import card_from_dir
-from skulk.services.store.files import list_files, remove_tree
-from skulk.services.store.protocol import BadRequest, model_dir_of
-from skulk.wire.models import ModelDirError
+from skulk.node.model_files import list_files, remove_tree
+from skulk.wire.models import ModelDirError, dir_name
 
 log = logging.getLogger("skulk.store")
 
@@ -74,10 +73,15 @@ def _result(model_id: str, directory: Path, source: str) -> AddResult:
 
 
 def _checked_dir(model_id: str) -> str:
+    """`org/name` -> its directory name `org--name` (one safe path segment), or FetchError."""
     try:
-        return model_dir_of(model_id)
-    except BadRequest as exc:
+        name = dir_name(model_id)
+    except ModelDirError as exc:
         raise FetchError(f"{model_id}: {exc}") from None
+    org, sep, rest = name.partition("--")
+    if not sep or not org or not rest or name.startswith(".") or ".." in name or any(c in name for c in "/\\\x00"):
+        raise FetchError(f"{model_id}: bad model id: expected org/name")
+    return name
 
 
 def validate_source(source: Path, model_id: str) -> None:
@@ -170,7 +174,7 @@ def default_gguf_id(path: Path) -> str:
 
 def add_gguf(path: Path, dest_root: Path, model_id: str | None = None, force: bool = False) -> AddResult:
     """Import a GGUF file into `dest_root/<org>--<name>/` (written beside it, renamed into place)."""
-    from skulk.services.store.gguf import GGUFError, write_dir
+    from skulk.node.gguf_import import GGUFError, write_dir
 
     model_id = model_id or default_gguf_id(path)
     dir_name = _checked_dir(model_id)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from skulk.services.store.gguf_tokenizer import TokenizerError, build
+from skulk.node.gguf_tokenizer import TokenizerError, build
 from skulk.wire.models import GGUF_FILE
 
 ARCHITECTURES = {"llama": ("llama", True), "mistral": ("llama", True), "qwen2": ("qwen2", False)}
