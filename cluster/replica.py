@@ -27,12 +27,13 @@ from skulk.wire.commands import SnapshotRequest, StateSnapshot
 from skulk.wire.errors import WireError
 from skulk.wire.refusals import Refusals
 from skulk.wire.sockets import make_socket, recv, recv_published, send
+from skulk.wire.topics import EVT_CLUSTER, EVT_STATE
 
 log = logging.getLogger("skulk.replica")
 REFUSALS = Refusals("replica: state frames", log)
 
 SNAPSHOT_RETRY_S = 2.0
-TOPICS = (b"evt.state.", b"evt.cluster.")
+TOPICS = (EVT_STATE.prefix, EVT_CLUSTER.prefix)
 
 
 class ReplicaCore:

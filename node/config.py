@@ -105,6 +105,7 @@ class NodeConfig:
     api_max_messages: int = 1024
     api_max_streams_per_key: int = 64
     api_write_timeout_s: float = 60.0  # a client that reads nothing of its answer for this long is dropped
+    api_max_output_tokens: int = 4096  # the output budget of a request that names none (at most what fits)
     trace_retention_days: float = 3.0
     cluster_key_file: str = ""  # CurveZMQ cluster key (`skulk cluster keygen`); "" = open (loopback only)
     tracing_enabled: bool = False  # the cluster's initial tracing state (`PUT /v1/tracing` changes it)
@@ -140,7 +141,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
             "keys": ("api_keys", list), "open_admin": ("api_open_admin", bool),
             "max_body_mb": ("api_max_body_mb", float), "max_messages": ("api_max_messages", int),
             "max_streams_per_key": ("api_max_streams_per_key", int),
-            "write_timeout_s": ("api_write_timeout_s", float), "resume": ("api_resume", dict)},
+            "write_timeout_s": ("api_write_timeout_s", float), "resume": ("api_resume", dict),
+            "max_output_tokens": ("api_max_output_tokens", int)},
     "runner": {"warmup_deadline_s": ("warmup_deadline_s", float), "step_deadline_s": ("step_deadline_s", float),
                "group_connect_deadline_s": ("group_connect_deadline_s", float),
                "recreate_backoff_s": ("recreate_backoff_s", float),
@@ -179,6 +181,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_LOGGING_INGEST_URL": ("log_ingest_url", str),
     "SKULK_TRACING_ENABLED": ("tracing_enabled", bool),  # upstream: the initial cluster tracing state
     "SKULK_CLUSTER_KEY_FILE": ("cluster_key_file", str),  # wire/curve.py: every TCP socket secured
+    "SKULK_MAX_OUTPUT_TOKENS": ("api_max_output_tokens", int),  # api.max_output_tokens
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -360,6 +363,8 @@ def _check(cfg: NodeConfig) -> None:
             or not 1 <= cfg.api_max_streams_per_key <= 100_000 or cfg.api_write_timeout_s <= 0:
         raise ConfigError("api: max_body_mb must be in (0, 4096], max_messages in 1..1000000, "
                           "max_streams_per_key in 1..100000 and write_timeout_s > 0")
+    if not 1 <= cfg.api_max_output_tokens <= 10_000_000:
+        raise ConfigError("api.max_output_tokens must be in 1..10000000")
     if not 1 <= cfg.log_file_mb <= 10240 or not 1 <= cfg.log_files <= 1000:
         raise ConfigError("logging.max_file_mb must be in 1..10240 and logging.max_files in 1..1000 "
                           "(files rotate by size; at least one old file is kept)")

@@ -58,6 +58,7 @@ class ApiArgs(Argv):
     max_messages: int = 1024
     max_streams_per_key: int = 64
     write_timeout: float = 60.0
+    max_output_tokens: int = 4096  # api.max_output_tokens: a request that names no budget
     config_file: str = ""  # the node's skulk.yaml (GET/PUT /config, api.keys)
     namespace: str = "skulk"  # the cluster's (`/admin/clusters`, diagnostics)
     store: StoreSlice | None = None

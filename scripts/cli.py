@@ -83,14 +83,14 @@ def wait_for_new_incarnation(home: Path, root_pid: int, wait_s: float, per_try_s
     import time
 
     from skulk.scripts.admin_client import NodeUnreachable, request
-    from skulk.wire.control import AdminCommand, AdminReply
+    from skulk.wire.control import AdminCommand, AdminReply, AdminVerb
 
     deadline = time.monotonic() + wait_s
     reply: AdminReply | None = None
     while time.monotonic() < deadline:
         left = deadline - time.monotonic()
         try:
-            reply = request(home, AdminCommand(verb="wait", timeout_s=min(left, 1.0)),
+            reply = request(home, AdminCommand(verb=AdminVerb.WAIT, timeout_s=min(left, 1.0)),
                             timeout_s=min(per_try_s, 1.0), retries=1)
         except NodeUnreachable:
             continue
@@ -105,19 +105,28 @@ def wait_for_new_incarnation(home: Path, root_pid: int, wait_s: float, per_try_s
 RESTART_WAIT_S = 90.0
 
 
+def operator_verbs() -> list[str]:
+    """`skulk admin`'s verbs, dashed: every `AdminVerb` but `drained`, which only the node's
+    master sends."""
+    from skulk.wire.control import AdminVerb
+
+    return [verb.replace("_", "-") for verb in AdminVerb if verb is not AdminVerb.DRAINED]
+
+
 def cmd_admin(ns: argparse.Namespace) -> int:
     from skulk.scripts.admin_client import NodeUnreachable, format_status, request
-    from skulk.wire.control import AdminCommand
+    from skulk.wire.control import AdminCommand, AdminVerb
 
     home = _home(ns.home)
-    verb = ns.verb.replace("-", "_")
+    verb = AdminVerb(ns.verb.replace("-", "_"))  # argparse allowed only `operator_verbs()`
+    whole_node_restart = verb is AdminVerb.RESTART and not ns.target
     if ns.wait is None:  # a whole-node restart drains first (node.drain_timeout_s, 30 s at most by default)
-        ns.wait = RESTART_WAIT_S if verb == "restart" and not ns.target else 30.0
+        ns.wait = RESTART_WAIT_S if whole_node_restart else 30.0
     cmd = AdminCommand(verb=verb, target=ns.target or "", args=tuple(ns.args or ()),
                        supervisor=ns.supervisor or "",
-                       timeout_s=ns.wait if verb == "wait" else 0.0)
+                       timeout_s=ns.wait if verb is AdminVerb.WAIT else 0.0)
     try:
-        before = request(home, AdminCommand(verb="status")) if verb == "restart" and not ns.target else None
+        before = request(home, AdminCommand(verb=AdminVerb.STATUS)) if whole_node_restart else None
         reply = request(home, cmd, timeout_s=ns.timeout)
         if before is not None and reply.ok:
             reply = wait_for_new_incarnation(home, before.root_pid, ns.wait, ns.timeout)
@@ -131,7 +140,7 @@ def cmd_admin(ns: argparse.Namespace) -> int:
     else:
         if reply.message:
             print(reply.message)
-        if verb in ("status", "wait") or not reply.ok:
+        if verb in (AdminVerb.STATUS, AdminVerb.WAIT) or not reply.ok:
             print(format_status(reply))
     return 0 if reply.ok else 1
 
@@ -230,7 +239,7 @@ def parser() -> argparse.ArgumentParser:
         step.set_defaults(func=cmd_rotate, verb=verb)
 
     adm = sub.add_parser("admin", help="status / restart / stop a node or one of its roles")
-    adm.add_argument("verb", choices=["status", "restart", "stop", "wait", "start-child", "terminate-child"])
+    adm.add_argument("verb", choices=operator_verbs())
     adm.add_argument("target", nargs="?", help="role or child id (none: the whole node)")
     adm.add_argument("args", nargs="*", help="start-child: extra arguments for the child")
     adm.add_argument("--home")

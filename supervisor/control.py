@@ -12,14 +12,12 @@ import signal
 from dataclasses import dataclass
 
 from skulk.supervisor.supervisor import Supervisor, WorkerSlot
-from skulk.wire.control import AdminCommand, AdminReply
+from skulk.wire.control import AdminCommand, AdminReply, AdminVerb
 
-VERBS = ("status", "restart", "stop", "wait", "start_child", "terminate_child", "drained")
-
-SIGNAL_VERBS: dict[int, str] = {
-    signal.SIGTERM: "stop",
-    signal.SIGINT: "stop",
-    signal.SIGHUP: "restart",
+SIGNAL_VERBS: dict[int, AdminVerb] = {
+    signal.SIGTERM: AdminVerb.STOP,
+    signal.SIGINT: AdminVerb.STOP,
+    signal.SIGHUP: AdminVerb.RESTART,
 }
 
 
@@ -38,7 +36,7 @@ class NodeVerb:
     """A verb about the whole node, carried out by the loop: `stop` (exit 0), `restart` (drain,
     then execv in place) or `drained` (the drain is over)."""
 
-    verb: str
+    verb: AdminVerb
 
 
 def reply(root: Supervisor, now: float, ok: bool, message: str) -> AdminReply:
@@ -63,23 +61,25 @@ def satisfied(root: Supervisor, target: str, min_restarts: int, restarting: bool
 def apply(cmd: AdminCommand, root: Supervisor, envelope: list[bytes],
           now: float, restarting: bool = False) -> AdminReply | Waiter | NodeVerb:
     """Carry out one admin command; errors come back as `ok=False` with a reason."""
-    if cmd.verb not in VERBS:
-        return reply(root, now, False, f"unknown verb {cmd.verb!r} (known: {', '.join(VERBS)})")
-    if cmd.verb == "status":
+    try:
+        verb = AdminVerb(cmd.verb)
+    except ValueError:
+        return reply(root, now, False, f"unknown verb {cmd.verb!r} (known: {', '.join(AdminVerb)})")
+    if verb is AdminVerb.STATUS:
         return reply(root, now, True, "")
-    if cmd.verb == "wait":
+    if verb is AdminVerb.WAIT:
         if cmd.target and root.find(cmd.target) is None:
             return reply(root, now, False, f"no child named {cmd.target!r}")
         if satisfied(root, cmd.target, cmd.min_restarts, restarting):
             return reply(root, now, True, "ready")
         return Waiter(envelope, cmd.target, cmd.min_restarts, now + max(cmd.timeout_s, 0.0))
-    if cmd.verb in ("stop", "restart", "drained") and not cmd.target:
-        return NodeVerb(cmd.verb)
-    if cmd.verb == "drained":
+    if verb in (AdminVerb.STOP, AdminVerb.RESTART, AdminVerb.DRAINED) and not cmd.target:
+        return NodeVerb(verb)
+    if verb is AdminVerb.DRAINED:
         return reply(root, now, False, "drained takes no target")
-    if cmd.verb == "stop":
+    if verb is AdminVerb.STOP:
         return reply(root, now, False, "stop takes no target; use terminate_child for runners")
-    if cmd.verb == "restart":
+    if verb is AdminVerb.RESTART:
         found = root.find(cmd.target)
         if found is None:
             return reply(root, now, False, f"no child named {cmd.target!r}")
@@ -92,7 +92,7 @@ def apply(cmd: AdminCommand, root: Supervisor, envelope: list[bytes],
     sup = sup_found[1].sup
     assert sup is not None
     try:
-        if cmd.verb == "start_child":
+        if verb is AdminVerb.START_CHILD:
             if not cmd.target:
                 return reply(root, now, False, "start_child needs a child id")
             sup.start_child(cmd.target, tuple(cmd.args), now)

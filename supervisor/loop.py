@@ -31,7 +31,7 @@ from skulk.supervisor.supervisor import Supervisor
 from skulk.supervisor.tree import RUNNER_MODULE, RUNNER_STACK
 from skulk.supervisor.zygote_client import Standby, Zygote
 from skulk.wire import endpoints
-from skulk.wire.control import AdminCommand, AdminReply, ChildReady, Heartbeat
+from skulk.wire.control import AdminCommand, AdminReply, AdminVerb, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, LifecycleEvent
 from skulk.wire.refusals import Refusals, peer_of
@@ -239,20 +239,20 @@ class NodeLoop:
                 # to the whole group, whose processes stop on it by themselves (`exits.py`).
                 self._node_verb(verb, now, f"signal {name}", drain=False)
 
-    def _node_verb(self, verb: str, now: float, why: str = "", drain: bool = True) -> None:
+    def _node_verb(self, verb: AdminVerb, now: float, why: str = "", drain: bool = True) -> None:
         """`stop` or `restart` of the whole node (callers refuse a second one). A restart drains
         first (`drain`: the admin verb; not SIGHUP); a stop, or a restart that does not drain,
         during that drain stops at once."""
-        if self.root.terminating or (self.drain is not None and verb == "restart" and drain):
+        if self.root.terminating or (self.drain is not None and verb is AdminVerb.RESTART and drain):
             return
         why = why or f"admin {verb}"
-        self.after_stop = "exec" if verb == "restart" else "exit"
+        self.after_stop = "exec" if verb is AdminVerb.RESTART else "exit"
         # Told before any child stops: the master has the leader mark this node restarting
         # (routing sends it nothing new, the node and its instances are kept while it is away)
         # and says when the drain is over; a stop clears that mark.
-        self._emit("node", self.spec.id, LifecycleEvent.RESTARTING if verb == "restart" else LifecycleEvent.STOPPING,
-                   None, 0, why)
-        if verb == "restart" and drain and self.drain is None:
+        event = LifecycleEvent.RESTARTING if verb is AdminVerb.RESTART else LifecycleEvent.STOPPING
+        self._emit("node", self.spec.id, event, None, 0, why)
+        if verb is AdminVerb.RESTART and drain and self.drain is None:
             self.drain = node_drain.begin(now, self.cfg.drain_timeout_s)
             if self.drain is not None:
                 log.info("%s: draining first: the tree stops once the node's requests have ended, "
@@ -330,7 +330,7 @@ class NodeLoop:
             result = control.apply(msg, self.root, envelope, now, self.drain is not None)
             if isinstance(result, control.Waiter):
                 self.waiters.append(result)
-            elif isinstance(result, control.NodeVerb) and result.verb == "drained":
+            elif isinstance(result, control.NodeVerb) and result.verb is AdminVerb.DRAINED:
                 draining = self.drain is not None and not self.root.terminating
                 self._answer(envelope, control.reply(
                     self.root, now, draining, "drained: restarting" if draining else "no drain under way"))
@@ -338,12 +338,12 @@ class NodeLoop:
                     self._drained(now, "restart: the node's requests have ended")
             elif isinstance(result, control.NodeVerb):
                 # a second restart/stop while one is under way (a stop may cut a drain short)
-                if self.root.terminating or (self.drain is not None and result.verb == "restart"):
+                if self.root.terminating or (self.drain is not None and result.verb is AdminVerb.RESTART):
                     self._answer(envelope, control.reply(
                         self.root, now, False, f"{self.after_stop} already pending"))
                     continue
                 self._answer(envelope, control.reply(
-                    self.root, now, True, "restarting" if result.verb == "restart" else "stopping"))
+                    self.root, now, True, "restarting" if result.verb is AdminVerb.RESTART else "stopping"))
                 self._node_verb(result.verb, now)
             else:
                 self._answer(envelope, result)

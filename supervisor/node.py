@@ -8,7 +8,6 @@ launchd/systemd track never changes.
 from __future__ import annotations
 
 import fcntl
-import ipaddress
 import logging
 import os
 import secrets
@@ -20,6 +19,7 @@ import psutil
 from setproctitle import setproctitle
 
 from skulk.node import exitcodes, logsetup, node_identity
+from skulk.node.addresses import is_loopback
 from skulk.node.config import NodeConfig
 from skulk.supervisor.child import metrics_dir
 from skulk.supervisor.loop import NodeLoop
@@ -79,13 +79,6 @@ def secure_children(cfg: NodeConfig) -> None:
                     "node's ports can join its cluster, read its events and send it commands; "
                     "make a key with `skulk cluster keygen --out FILE` and set cluster.key_file "
                     "on every node", cfg.listen)
-
-
-def is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"
 
 
 def run_node(cfg: NodeConfig) -> int:

@@ -57,7 +57,8 @@ def role_settings(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0
                        resume_attempts=cfg.api_resume.max_attempts, resume_wait=cfg.api_resume.wait_s,
                        open_admin=cfg.api_open_admin, max_body_mb=cfg.api_max_body_mb,
                        max_messages=cfg.api_max_messages, max_streams_per_key=cfg.api_max_streams_per_key,
-                       write_timeout=cfg.api_write_timeout_s, config_file=str(config_file(cfg)),
+                       write_timeout=cfg.api_write_timeout_s, max_output_tokens=cfg.api_max_output_tokens,
+                       config_file=str(config_file(cfg)),
                        namespace=cfg.namespace, store=store)
     if role == "gossip":
         return GossipArgs(listen=cfg.listen, port=cfg.cluster_port, master_port=cfg.cluster_port + 1,

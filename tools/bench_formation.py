@@ -31,6 +31,7 @@ import zmq
 
 from skulk.wire import endpoints
 from skulk.wire.sockets import make_socket
+from skulk.wire.topics import EVERY_EVENT
 from tools.bench_nodes import BenchNode
 
 LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3}) \| \w+\s*\| [\w-]+:\d+\] (.*)$")
@@ -118,7 +119,7 @@ def idle_cpu(nodes: list[BenchNode], bus: zmq.Socket[Any], window_s: float) -> f
 def one_round(root: Path, n: int, i: int, named: bool = False) -> dict[str, float]:
     nodes = [BenchNode(root / f"round{i}", f"node{k}") for k in range(n)]
     ctx: zmq.Context[Any] = zmq.Context.instance()
-    bus = make_socket(ctx, zmq.SUB, hwm=100000, subscribe=(b"evt.",),
+    bus = make_socket(ctx, zmq.SUB, hwm=100000, subscribe=(EVERY_EVENT,),
                       connect=endpoints.bus_capture(endpoints.run_dir(nodes[0].home.resolve())))
     namespace = f"bench-form-{os.getpid()}-{i}"
     try:

@@ -35,6 +35,7 @@ import zmq
 
 from skulk.wire import endpoints
 from skulk.wire.sockets import make_socket
+from skulk.wire.topics import EVERY_EVENT
 from tools import bench_formation
 from tools.bench_formation import first, log_times
 from tools.bench_nodes import BenchNode
@@ -71,7 +72,7 @@ def wait_on_bus(node: BenchNode, check: Callable[[], bool], what: str) -> float:
     """Re-check on every message of the node's bus (at least once a second: the bus is away while
     the node restarts); the monotonic time when `check` first holds."""
     ctx: zmq.Context[Any] = zmq.Context.instance()
-    bus = make_socket(ctx, zmq.SUB, hwm=100000, subscribe=(b"evt.",),
+    bus = make_socket(ctx, zmq.SUB, hwm=100000, subscribe=(EVERY_EVENT,),
                       connect=endpoints.bus_capture(endpoints.run_dir(node.home.resolve())))
     deadline = time.monotonic() + DEADLINE_S
     try:

@@ -30,6 +30,7 @@ import zmq
 from skulk.wire import codec, endpoints
 from skulk.wire.events import RunnerReport
 from skulk.wire.sockets import make_socket
+from skulk.wire.topics import EVT_RUNNER
 from tools import bench_models
 from tools.bench_throughput import SKULK, build_prompts, run_level, skulk_server
 
@@ -58,7 +59,7 @@ class RunnerSteps:
     """The runner's latest `RunnerReport` from the node's bus: its step CPU and token counters."""
 
     def __init__(self, home: Path) -> None:
-        self.sock = make_socket(zmq.Context.instance(), zmq.SUB, hwm=100000, subscribe=(b"evt.runner.",),
+        self.sock = make_socket(zmq.Context.instance(), zmq.SUB, hwm=100000, subscribe=(EVT_RUNNER.prefix,),
                                 connect=endpoints.bus_capture(endpoints.run_dir(home.resolve())))
         self.last: RunnerReport | None = None
 

@@ -26,8 +26,9 @@ import zmq
 
 from skulk.scripts.admin_client import NodeUnreachable, request
 from skulk.wire import endpoints
-from skulk.wire.control import AdminCommand
+from skulk.wire.control import AdminCommand, AdminVerb
 from skulk.wire.sockets import make_socket
+from skulk.wire.topics import EVT_STATE, EVT_SUPERVISOR
 from tools.ports import free_port
 
 TITLE = "skulk: "
@@ -151,7 +152,7 @@ class ChaosNode:
     def wait_booted(self, timeout: float) -> bool:
         """True once the supervisor says every child is running (its `wait` verb)."""
         try:
-            reply = request(self.home, AdminCommand(verb="wait", timeout_s=timeout), timeout_s=5.0, retries=1)
+            reply = request(self.home, AdminCommand(verb=AdminVerb.WAIT, timeout_s=timeout), timeout_s=5.0, retries=1)
         except NodeUnreachable:
             return False
         return reply.ok
@@ -215,7 +216,7 @@ class BusTicks:
     events (and the state head each node publishes every second) and process lifecycle events.
     A restarted node binds the same ipc path again, and zmq reconnects by itself."""
 
-    TOPICS = (b"evt.state.", b"evt.supervisor.")
+    TOPICS = (EVT_STATE.prefix, EVT_SUPERVISOR.prefix)
 
     def __init__(self, nodes: list[ChaosNode]) -> None:
         self.ctx: zmq.Context[Any] = zmq.Context.instance()

@@ -23,8 +23,9 @@ import zmq
 
 from skulk.scripts.admin_client import request
 from skulk.wire import endpoints
-from skulk.wire.control import AdminCommand
+from skulk.wire.control import AdminCommand, AdminVerb
 from skulk.wire.sockets import make_socket
+from skulk.wire.topics import EVT_RUNNER
 
 RSS_FACTOR, RSS_SLACK = 2.0, 256 << 20
 """A process may end at most at twice its RSS plus 256 MiB."""
@@ -61,7 +62,7 @@ class NodeProbe:
         return procs
 
     def snapshot(self) -> Snapshot:
-        status = request(self.home, AdminCommand(verb="status"), timeout_s=10.0)
+        status = request(self.home, AdminCommand(verb=AdminVerb.STATUS), timeout_s=10.0)
         roles = {c.id: (c.pid, c.state, c.restarts) for c in status.children}
         rss: dict[int, tuple[str, int]] = {}
         for p in self.group():
@@ -95,7 +96,7 @@ class NodeProbe:
         """Block until the node's runners publish their next report (every 2 s) or `left` passes."""
         run = endpoints.run_dir(self.home.resolve())
         sub = make_socket(zmq.Context.instance(), zmq.SUB, connect=endpoints.bus_capture(run),
-                          subscribe=(b"evt.runner.",))
+                          subscribe=(EVT_RUNNER.prefix,))
         try:
             sub.poll(int(max(0.0, left) * 1000) + 1)
         finally:

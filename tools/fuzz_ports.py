@@ -31,7 +31,7 @@ from skulk.wire.config_sync import SetConfig
 from skulk.wire.control import AdminCommand, ChildReady, Heartbeat
 from skulk.wire.message import Message
 from skulk.wire.staging import PurgeStaging
-from skulk.wire.topics import ALL_TOPICS
+from skulk.wire.topics import ALL_TOPICS, EVT_RUNNER
 from skulk.wire.tracing import SetTracing
 from tools.fuzz_frames import FrameMaker
 
@@ -206,7 +206,7 @@ def runner_endpoints(home: Path, timeout: float = 10.0) -> dict[str, str]:
 
     ctx: zmq.Context[Any] = zmq.Context.instance()
     sub = make_socket(ctx, zmq.SUB, connect=endpoints.bus_capture(endpoints.run_dir(home.resolve())),
-                      subscribe=(b"evt.runner.",))
+                      subscribe=(EVT_RUNNER.prefix,))
     found: dict[str, str] = {}
     end = time.monotonic() + timeout
     try:

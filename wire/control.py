@@ -6,6 +6,7 @@ Child -> supervisor travels PUSH -> PULL; admin -> supervisor travels REQ -> ROU
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import ClassVar
 
 from skulk.wire.message import Message
@@ -33,16 +34,29 @@ class Heartbeat(Message):
     step_age_s: float = 0.0  # ... since this long (the supervisor judges it by its step deadline)
 
 
+class AdminVerb(StrEnum):
+    """What an `AdminCommand` asks of the supervisor: every sender and the supervisor's dispatch
+    use these members, so a verb is spelled once."""
+
+    STATUS = "status"
+    RESTART = "restart"  # a child (`target`), or the whole node: drain, then execv in place
+    STOP = "stop"  # the whole node (exit 0)
+    WAIT = "wait"
+    START_CHILD = "start_child"  # under a dynamic supervisor (`runners`)
+    TERMINATE_CHILD = "terminate_child"
+    DRAINED = "drained"  # the node's master: a restart's drain is over (no operator sends it)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdminCommand(Message):
-    """An operator verb: status, restart, stop, wait, start_child, terminate_child.
+    """An operator verb (`AdminVerb`).
 
     `target` names a child (or is empty for the whole node). `wait` replies once the target
     (or every child) is running with at least `min_restarts` restarts, or at `timeout_s`.
     """
 
     TYPE: ClassVar[str] = "control.admin_command"
-    verb: str
+    verb: str  # an AdminVerb; a str on the wire, so an unknown verb decodes and the supervisor refuses it by name
     target: str = ""
     supervisor: str = ""
     args: tuple[str, ...] = ()

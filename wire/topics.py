@@ -38,3 +38,15 @@ EVT_CATALOG = Topic(b"evt.catalog.", (CatalogReport,))
 
 ALL_TOPICS: tuple[Topic, ...] = (EVT_SERVICE, EVT_SUPERVISOR, EVT_RUNNER, EVT_STATE, EVT_CLUSTER, EVT_DOWNLOAD,
                                  EVT_CATALOG, EVT_FLIGHT)
+
+EVERY_EVENT = b"evt."
+"""The prefix every topic above shares: a subscription to the whole bus (the tap, tools, tests)."""
+
+STATE_EVENTS = EVT_STATE.prefix + b"event."
+"""`EVT_STATE`'s state events, not its heads: the master publishes each under its event's TYPE
+(`event.*`, `state_event_topic`) and a head under `head`."""
+
+
+def state_event_topic(event: type[Message]) -> bytes:
+    """The topic one kind of state event is published under."""
+    return EVT_STATE.prefix + event.TYPE.encode()

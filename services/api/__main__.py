@@ -30,7 +30,6 @@ from skulk.node.child_signals import DEFERRED_SIGNALS
 from skulk.node.model_store import ModelStoreConfig
 from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services import faults
-from skulk.services.api.generate.timing import StreamTiming
 from skulk.services.api.http import limits
 from skulk.services.api.http.app import create_app
 from skulk.services.api.http.auth import Policy, startup_warnings
@@ -42,7 +41,6 @@ from skulk.wire.control import ChildReady
 from skulk.wire.sockets import make_socket, send
 
 log = logging.getLogger("skulk.api")
-DEFAULT_LIMITS = Limits()  # frozen: one shared default is safe
 
 
 def worker_title(title: str) -> str:
@@ -110,26 +108,19 @@ def worker_ready(runtime: ChildRuntime, worker: Any) -> None:
 
 
 class ApiApplication(BaseApplication):
-    def __init__(self, runtime: ChildRuntime, sock: socket.socket, workers: int, threads: int,
-                 graceful_s: float, node_id: str, timing: StreamTiming, config_file: str = "",
-                 store: ModelStoreConfig | None = None, staging_root: Path | None = None,
-                 listen: str = "0.0.0.0", namespace: str = "skulk", keys: tuple[ApiKey, ...] = (),
-                 open_admin: bool = False, client_limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, runtime: ChildRuntime, sock: socket.socket, api: ApiArgs, keys: tuple[ApiKey, ...],
+                 store: ModelStoreConfig | None, staging_root: Path | None, client_limits: Limits,
+                 graceful_s: float = 3.0) -> None:
         self.runtime = runtime
-        self.keys, self.open_admin, self.client_limits = keys, open_admin, client_limits
-        self.namespace = namespace
-        self.listen = listen
-        self.config_file = config_file
-        self.store, self.staging_root = store, staging_root
-        self.node_id = node_id
-        self.timing = timing
+        self.api = api
+        self.keys, self.store, self.staging_root, self.client_limits = keys, store, staging_root, client_limits
         self.sock = sock
         self.settings = {
             "bind": [f"fd://{sock.fileno()}"],
             # gthread, with gunicorn's own 400/414/431 answers in the error envelope (worker.py)
             "worker_class": "skulk.services.api.http.worker.EnvelopeWorker",
-            "workers": workers,
-            "threads": threads,
+            "workers": api.workers,
+            "threads": api.threads,
             "graceful_timeout": max(1, int(graceful_s)),
             "timeout": 120,
             "keepalive": 5,
@@ -153,11 +144,7 @@ class ApiApplication(BaseApplication):
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        args = self.runtime.args
-        return create_app(args.home, args.run_dir, self.node_id, self.timing,
-                          Path(self.config_file) if self.config_file else None, self.staging_root, self.store,
-                          self.listen, namespace=self.namespace, log_json=args.log.json, keys=self.keys,
-                          open_admin=self.open_admin, limits=self.client_limits)
+        return create_app(self.runtime.args, self.api, self.keys, self.store, self.staging_root, self.client_limits)
 
     def run(self) -> None:
         SupervisedArbiter.runtime = self.runtime
@@ -182,20 +169,13 @@ def main() -> None:
     for warning in startup_warnings(Policy(keys, api.open_admin, api.listen), api.port):
         log.warning("%s", warning)
     limits.fresh_streams_dir(args.run_dir)
-    client_limits = Limits(max_body_bytes=int(api.max_body_mb * 2 ** 20), max_messages=api.max_messages,
-                           max_streams_per_key=api.max_streams_per_key, write_timeout_s=api.write_timeout,
-                           streams_root=limits.streams_dir(args.run_dir))
+    client_limits = Limits.of(api, limits.streams_dir(args.run_dir))
     try:
         sock = listen_after_predecessor(api.listen, api.port, runtime.parent_pid, worker_title(args.title))
     except OSError as exc:
         log.error("api cannot listen on %s:%d: %s", api.listen, api.port, exc.strerror)
         os._exit(exitcodes.BOOT_FAILURE)
-    ApiApplication(runtime, sock, api.workers, api.threads, graceful_s=3.0, node_id=api.node_id,
-                   timing=StreamTiming(stall_s=api.stall_timeout, keepalive_s=api.keepalive,
-                                       resume_attempts=api.resume_attempts, resume_wait_s=api.resume_wait),
-                   config_file=api.config_file, store=store, staging_root=staging, listen=api.listen,
-                   namespace=api.namespace, keys=keys, open_admin=api.open_admin,
-                   client_limits=client_limits).run()
+    ApiApplication(runtime, sock, api, keys, store, staging, client_limits).run()
 
 
 main()

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from skulk.cluster.state import NodeGatheredInfo
 from skulk.node.role_args import EventlogArgs
+from skulk.wire.topics import EVT_SUPERVISOR, STATE_EVENTS, state_event_topic
 
-RECORDED = (b"evt.state.event.", b"evt.supervisor.")
+RECORDED = (STATE_EVENTS, EVT_SUPERVISOR.prefix)
 """State changes (the leader's indexed events, replicated to every node) and process lifecycle.
 Not recorded: heartbeats and periodic reports (service status, gossip membership four times a
 second, runner load, state heads, catalog and download reports): what they change reaches the
 log as state events."""
-REFRESHES = (b"evt.state.event.node_gathered_info",)
+REFRESHES = (state_event_topic(NodeGatheredInfo),)
 """A node's info is re-sent every 10 s (memory readings): recorded once per node and process."""
 
 

@@ -26,7 +26,7 @@ from skulk.wire.cluster import EventBatch, ReplayRequest
 from skulk.wire.codec import decode, encode
 from skulk.wire.errors import WireError
 from skulk.wire.sockets import drain, make_socket, send
-from skulk.wire.topics import EVT_STATE
+from skulk.wire.topics import EVT_STATE, EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.eventlog")
 
@@ -79,7 +79,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     segment = Segment(args.home / "eventlog", keep)
     seen: set[str] = set()
     sub = make_socket(loop.ctx, zmq.SUB, hwm=10000, connect=endpoints.bus_out(args.run_dir),
-                      subscribe=(EVT_STATE.prefix, b"evt.supervisor."))
+                      subscribe=(EVT_STATE.prefix, EVT_SUPERVISOR.prefix))
     master = make_socket(loop.ctx, zmq.DEALER, connect=endpoints.master_local(args.run_dir))
 
     def record(topic: bytes, payload: bytes) -> None:

@@ -24,7 +24,6 @@ from skulk.services.master.effects import (
     Effect,
     Instant,
     LinkPeers,
-    SupervisorVerb,
     ToPeer,
     Unexpected,
 )
@@ -56,6 +55,7 @@ from skulk.wire.commands import (
     SnapshotRequest,
     StateSnapshot,
 )
+from skulk.wire.control import AdminVerb
 from skulk.wire.message import Command, Message
 from skulk.wire.staging import NodeDownloadUpdated
 
@@ -207,11 +207,11 @@ class MasterCore:
             self.own.send_all()
         return self._end()
 
-    def supervisor_missed(self, verb: SupervisorVerb) -> None:
+    def supervisor_missed(self, verb: AdminVerb) -> None:
         """The supervisor could not take `verb` yet (its queue is full): `drained` is told again
         at the next tick; a restart is forgotten, so the operator's next request asks again
         instead of a 409 for a restart that is not coming."""
-        if verb is SupervisorVerb.DRAINED:
+        if verb is AdminVerb.DRAINED:
             self.own.drain_told = False
         else:
             log.warning("could not ask this node's supervisor to restart (its queue is full); not restarting")

@@ -12,6 +12,7 @@ from enum import Enum
 from skulk.cluster.state import IndexedEvent, State, StateHead
 from skulk.wire.cluster import Member
 from skulk.wire.commands import Routed
+from skulk.wire.control import AdminVerb
 from skulk.wire.message import Message
 
 
@@ -30,11 +31,6 @@ class Channel(Enum):
 
     LOCAL = "local"
     CLUSTER = "cluster"
-
-
-class SupervisorVerb(Enum):
-    RESTART = "restart"  # restart this node in place
-    DRAINED = "drained"  # the restart's drain is over
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +74,10 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class TellSupervisor:
-    verb: SupervisorVerb
+    """Ask this node's supervisor: `restart` (this node in place) or `drained` (that restart's
+    drain is over)."""
+
+    verb: AdminVerb
 
 
 @dataclass(frozen=True, slots=True)

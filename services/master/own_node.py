@@ -11,12 +11,13 @@ import logging
 from skulk.cluster.catalog import CatalogReport, NodeCatalogUpdated, catalog_key
 from skulk.cluster.state import RESTART_GRACE_S, NodeRestarting, RunnerStatus, RunnerStatusUpdated
 from skulk.services.master.drain import DrainWait, Pending, pending
-from skulk.services.master.effects import SupervisorVerb, TellSupervisor
+from skulk.services.master.effects import TellSupervisor
 from skulk.services.master.failures import process_ended
 from skulk.services.master.leader import Leader, OwnFact
 from skulk.services.master.shared import Shared
 from skulk.wire.cluster import LocalEvent
 from skulk.wire.commands import RESTART_PENDING, CommandAccepted, CommandRejected, RejectReason, Reply
+from skulk.wire.control import AdminVerb
 from skulk.wire.events import ChildLifecycle, LifecycleEvent, RunnerReport
 from skulk.wire.message import Message
 from skulk.wire.staging import DownloadProgress, DownloadReport, NodeDownloadUpdated
@@ -110,7 +111,7 @@ class OwnNode:
             return CommandRejected(command_id=command_id, status=409, message=RESTART_PENDING,
                                    reason=RejectReason.RESTART_PENDING)
         log.warning("restarting this node in place (asked through the API)")
-        self.s.out.append(TellSupervisor(SupervisorVerb.RESTART))
+        self.s.out.append(TellSupervisor(AdminVerb.RESTART))
         self.restart_asked = True
         return CommandAccepted(command_id=command_id, message="restarting")
 
@@ -143,7 +144,7 @@ class OwnNode:
             log.info("drain: %s", f"waiting: {waits.reason.value} ({waits.count})" if waits and waits.count
                      else f"waiting: {waits.reason.value}" if waits else "nothing left in flight")
         if waits is None:
-            self.s.out.append(TellSupervisor(SupervisorVerb.DRAINED))
+            self.s.out.append(TellSupervisor(AdminVerb.DRAINED))
             self.drain_told = True
 
     def back_from_restart(self) -> None:

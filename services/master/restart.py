@@ -8,7 +8,7 @@ from typing import Any
 
 import zmq
 
-from skulk.wire.control import AdminCommand
+from skulk.wire.control import AdminCommand, AdminVerb
 from skulk.wire.sockets import send
 
 
@@ -16,7 +16,7 @@ class SupervisorLink:
     def __init__(self, sup: zmq.Socket[Any]) -> None:
         self.sup = sup
 
-    def tell(self, verb: str) -> bool:
+    def tell(self, verb: AdminVerb) -> bool:
         """False when the message could not go yet (the core asks again)."""
         try:
             send(self.sup, AdminCommand(verb=verb), flags=zmq.NOBLOCK)

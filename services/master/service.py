@@ -41,7 +41,7 @@ from skulk.wire.commands import CommandRejected
 from skulk.wire.errors import UnexpectedMessage, WireError
 from skulk.wire.refusals import Refusals, peer_of
 from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, recv_published, recv_routed, send_routed
-from skulk.wire.topics import EVT_STATE
+from skulk.wire.topics import EVT_CATALOG, EVT_CLUSTER, EVT_DOWNLOAD, EVT_RUNNER, EVT_STATE, EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.master")
 
@@ -59,8 +59,8 @@ class MasterService:
         self.local = make_socket(loop.ctx, zmq.ROUTER, bind=endpoints.master_local(run))
         self.cluster = make_socket(loop.ctx, zmq.ROUTER, max_msg_bytes=MAX_PEER_FRAME, bind=f"tcp://{listen}:{port}")
         self.sub = make_socket(loop.ctx, zmq.SUB, hwm=10000, connect=endpoints.bus_out(run),
-                               subscribe=(b"evt.runner.", b"evt.supervisor.", b"evt.cluster.", b"evt.download.",
-                                          b"evt.catalog."))
+                               subscribe=tuple(t.prefix for t in (EVT_RUNNER, EVT_SUPERVISOR, EVT_CLUSTER, EVT_DOWNLOAD,
+                                                                     EVT_CATALOG)))
         self.supervisor = SupervisorLink(make_socket(loop.ctx, zmq.DEALER, connect=endpoints.supervisor_control(run)))
         self.peers = PeerLinks(loop, core.s.node_id, self.on_peer)
         self.config_file = config_sync.ConfigFile(config_file, loop.rt.args.home)
@@ -114,7 +114,7 @@ class MasterService:
             elif isinstance(effect, SyncConfig):
                 self.config_file.sync(effect.state)
             elif isinstance(effect, TellSupervisor):
-                if not self.supervisor.tell(effect.verb.value):
+                if not self.supervisor.tell(effect.verb):
                     self.core.supervisor_missed(effect.verb)
             elif isinstance(effect, TraceRoute):
                 self.trace_route(effect)

@@ -14,7 +14,7 @@ import zmq
 
 from skulk.cluster.state import State
 from skulk.services.worker.runner_plan import plan
-from skulk.wire.control import AdminCommand, AdminReply
+from skulk.wire.control import AdminCommand, AdminReply, AdminVerb
 from skulk.wire.sockets import drain, send
 
 log = logging.getLogger("skulk.worker")
@@ -40,7 +40,7 @@ class RunnerKeeper:
         if self.status_pending_since is not None and now - self.status_pending_since < STATUS_TIMEOUT_S:
             return
         self.status_pending_since = now
-        send(self.sup, AdminCommand(verb="status"), flags=zmq.NOBLOCK)
+        send(self.sup, AdminCommand(verb=AdminVerb.STATUS), flags=zmq.NOBLOCK)
 
     def on_reply(self, sock: zmq.Socket[Any]) -> None:
         for reply in drain(sock, limit=100):
@@ -62,12 +62,12 @@ class RunnerKeeper:
             if now - self.requested.get(s.runner_id, -1e9) >= REQUEST_AGAIN_S:
                 self.requested[s.runner_id] = now
                 log.info("starting runner %s", s.runner_id)
-                send(self.sup, AdminCommand(verb="start_child", supervisor="runners",
+                send(self.sup, AdminCommand(verb=AdminVerb.START_CHILD, supervisor="runners",
                                             target=s.runner_id, args=s.args), flags=zmq.NOBLOCK)
         for rid in decided.stop:
             if now - self.requested.get(rid, -1e9) >= REQUEST_AGAIN_S:
                 self.requested[rid] = now
                 log.info("stopping runner %s (no longer in state)", rid)
-                send(self.sup, AdminCommand(verb="terminate_child", supervisor="runners", target=rid),
+                send(self.sup, AdminCommand(verb=AdminVerb.TERMINATE_CHILD, supervisor="runners", target=rid),
                      flags=zmq.NOBLOCK)
         self.on_plan(running - set(decided.stop), decided.missing, decided.starting)

@@ -24,9 +24,10 @@ import zmq
 
 from skulk.scripts.admin_client import NodeUnreachable, request
 from skulk.wire import codec, endpoints
-from skulk.wire.control import AdminCommand, AdminReply, ChildStatus
+from skulk.wire.control import AdminCommand, AdminReply, AdminVerb, ChildStatus
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket
+from skulk.wire.topics import EVERY_EVENT
 from tests.integration.patience import patience
 from tools.ports import free_port
 
@@ -48,7 +49,7 @@ class Node:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
-    def admin(self, verb: str, target: str = "", **kw: Any) -> AdminReply:
+    def admin(self, verb: AdminVerb, target: str = "", **kw: Any) -> AdminReply:
         timeout = kw.pop("request_timeout", 5.0)
         return request(self.home, AdminCommand(verb=verb, target=target, **kw), timeout_s=timeout)
 
@@ -56,7 +57,7 @@ class Node:
         """After an in-place restart: the same root process, ready, with a new API process (the
         control socket is away while the image is replaced: not yet)."""
         try:
-            reply = self.admin("wait", timeout_s=2.0, request_timeout=1.0)
+            reply = self.admin(AdminVerb.WAIT, timeout_s=2.0, request_timeout=1.0)
         except Exception:  # noqa: BLE001 - any failure to reach it means "not back yet"
             return False
         return reply.ok and reply.root_pid == self.pid and {c.id: c for c in reply.children}["api"].pid != old_api
@@ -68,8 +69,8 @@ class Node:
         while True:
             left = deadline - time.monotonic()
             try:
-                reply = self.admin("wait", target, min_restarts=min_restarts, timeout_s=max(0.0, min(left, 5.0)),
-                                   request_timeout=2.0)
+                reply = self.admin(AdminVerb.WAIT, target, min_restarts=min_restarts,
+                                   timeout_s=max(0.0, min(left, 5.0)), request_timeout=2.0)
             except NodeUnreachable:  # not answering yet (booting, or exec-ing in place)
                 reply = None
             if reply is not None and (reply.ok or left <= 5.0):
@@ -82,7 +83,7 @@ class Node:
         return reply
 
     def status(self) -> dict[str, ChildStatus]:
-        return {c.id: c for c in self.admin("status").children}
+        return {c.id: c for c in self.admin(AdminVerb.STATUS).children}
 
     def group_pids(self) -> list[int]:
         """Every live process of this node's process group (the node runs in its own session)."""
@@ -188,7 +189,7 @@ class BusWatcher:
 
 def wait_until(watch: Node, check: Callable[[], Any], timeout: float, what: str) -> Any:
     """Re-run `check` on every bus message of `watch` until it returns something truthy."""
-    watcher = BusWatcher(watch, b"evt.")
+    watcher = BusWatcher(watch, EVERY_EVENT)
     timeout = patience(timeout)
     deadline = time.monotonic() + timeout
     try:

@@ -169,8 +169,9 @@ def test_a_prompt_beyond_the_context_is_refused_at_once_while_a_stream_flows(ser
 def state_events(node, kind: str) -> int:
     """How many indexed events of `kind` the node's event log holds (written behind the bus)."""
     from skulk.node.eventlog_files import read_records
+    from skulk.wire.topics import STATE_EVENTS
 
-    return sum(t.startswith(f"evt.state.event.{kind}".encode())
+    return sum(t.startswith(STATE_EVENTS + kind.encode())
                for _, t, _ in read_records(node.home / "eventlog" / "events.log"))
 
 

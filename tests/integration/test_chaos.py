@@ -10,6 +10,7 @@ import uuid
 
 from skulk.cluster.state import StateHead
 from skulk.wire.cluster import Membership
+from skulk.wire.topics import EVERY_EVENT
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, wait_until
@@ -93,7 +94,7 @@ def test_the_leaders_gossip_restarted_drops_no_live_node(nodes, demo_model):
     gossip = leader.status()["gossip"]
     os.kill(gossip.pid, signal.SIGKILL)
     leader.wait_ready("gossip", min_restarts=gossip.restarts + 1, timeout=30)
-    watcher = BusWatcher(leader, b"evt.")
+    watcher = BusWatcher(leader, EVERY_EVENT)
     try:  # the new gossip's membership with the follower in it, then the master's next head
         watcher.wait_for(lambda m: isinstance(m, Membership) and follower_id in {x.info.node_id for x in m.members}, 30)
         head = watcher.wait_for(lambda m: isinstance(m, StateHead), 5)

@@ -10,6 +10,7 @@ import uuid
 
 import zmq
 
+from skulk.wire.topics import EVT_CLUSTER
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
@@ -111,7 +112,7 @@ def test_a_node_of_another_namespace_never_joins(nodes):
     from skulk.wire.cluster import Membership
     from tests.integration.harness import BusWatcher
 
-    watcher = BusWatcher(stranger, b"evt.cluster.")
+    watcher = BusWatcher(stranger, EVT_CLUSTER.prefix)
     try:
         sizes = {len(m.members) for _t, m in watcher.messages(2.5) if isinstance(m, Membership)}
     finally:

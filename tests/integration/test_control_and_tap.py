@@ -89,7 +89,7 @@ def test_frozen_tap_does_not_slow_the_node(nodes):
     tap = subprocess.Popen([sys.executable, "-m", "skulk.scripts.cli", "tap", "--home",
                             str(node.home), "--duration", "60"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL)
-    watcher = BusWatcher(node, b"evt.service.bus")  # not the flood's topic
+    watcher = BusWatcher(node, EVT_SERVICE.prefix + b"bus")  # not the flood's topic
     ctx: zmq.Context[Any] = zmq.Context.instance()
     flood = make_socket(ctx, zmq.PUB, hwm=100000,
                         connect=endpoints.bus_in(endpoints.run_dir(node.home.resolve())))

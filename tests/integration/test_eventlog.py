@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from skulk.wire.topics import EVT_CLUSTER
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
@@ -35,7 +36,7 @@ def test_events_idle_silence_and_a_torn_tail(serving):
 
     log = serving.home / "eventlog" / "events.log"
     before = log.stat().st_size
-    watcher = BusWatcher(serving, b"evt.cluster.")
+    watcher = BusWatcher(serving, EVT_CLUSTER.prefix)
     try:  # 12 membership messages (about 3 s) and the periodic reports in between
         for _ in range(12):
             watcher.wait_for(lambda m: True, 5)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from skulk.supervisor.tree import ROLES
+from skulk.wire.control import AdminVerb
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
@@ -70,12 +71,14 @@ def test_a_crash_loop_deletes_the_instance_and_says_why(nodes, demo_model):
     print(f"crash loop: instance deleted {time.monotonic() - t0:.2f}s after the node was up: {reason}")
     assert "3 runner failures within 60s" in reason
     assert "crash loop" in (node.home / "logs" / "master.log").read_text()
+    from skulk.cluster.state import InstanceDeleted
     from skulk.node.eventlog_files import read_records
     from skulk.wire.codec import decode
+    from skulk.wire.topics import state_event_topic
 
     def logged():  # the event log writes behind the bus: wait for it, do not race it
         events = [decode(p) for _, t, p in read_records(node.home / "eventlog" / "events.log")
-                  if t.startswith(b"evt.state.event.instance_deleted")]
+                  if t.startswith(state_event_topic(InstanceDeleted))]
         return any("crash loop" in e.event.reason and e.event.cause == "given_up" for e in events)
 
     wait_until(node, logged, 10, "the crash loop in the event log")
@@ -166,7 +169,7 @@ def test_a_drain_ends_at_its_deadline_and_a_stop_cuts_it_short(nodes, demo_model
     assert http_json(f"{node.url}/admin/restart", b"")[0] == 200
     wait_until(node, lambda: log.read_text().count("draining first") == 2, 10, "the second drain")
     t0 = time.monotonic()
-    assert node.admin("stop").ok
+    assert node.admin(AdminVerb.STOP).ok
     assert node.proc.wait(timeout=patience(15)) == 0
     print(f"an orderly stop during a drain: exit 0 {time.monotonic() - t0:.2f}s later")
     second.join(patience(30))

@@ -77,11 +77,13 @@ def served(node, max_tokens: int = 4) -> None:
 def failed_task_kinds(node, count: int) -> list[str] | None:
     """The `error_type` of each `TaskFailed` in the node's event log, once there are `count`
     (the event log writes behind the bus: waited for, never raced)."""
+    from skulk.cluster.state import TaskFailed
     from skulk.node.eventlog_files import read_records
     from skulk.wire.codec import decode
+    from skulk.wire.topics import state_event_topic
 
     kinds = [decode(p).event.error_type for _, t, p in read_records(node.home / "eventlog" / "events.log")
-             if t.startswith(b"evt.state.event.task_failed")]
+             if t.startswith(state_event_topic(TaskFailed))]
     return kinds if len(kinds) >= count else None
 
 

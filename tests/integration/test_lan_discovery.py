@@ -16,6 +16,7 @@ import pytest
 
 from skulk.wire import curve
 from skulk.wire.cluster import Membership
+from skulk.wire.topics import EVT_CLUSTER
 from tests.integration import netns
 from tests.integration.harness import BusWatcher, Node, wait_until
 
@@ -40,7 +41,7 @@ def start(nodes: Callable[..., Node], host: netns.Host, name: str, namespace: st
 
 def members(node: Node, count: int, timeout: float) -> set[str]:
     """The node ids of the first membership `node`'s gossip publishes with `count` members."""
-    watcher = BusWatcher(node, b"evt.cluster.")
+    watcher = BusWatcher(node, EVT_CLUSTER.prefix)
     try:
         msg = watcher.wait_for(lambda m: isinstance(m, Membership) and len(m.members) == count, timeout)
     finally:

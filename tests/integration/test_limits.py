@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from skulk.wire.events import RunnerReport
+from skulk.wire.topics import EVT_RUNNER
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, Node, wait_until
 from tests.integration.patience import patience
@@ -161,7 +162,7 @@ def stream(node: Node, key: str) -> tuple[http.client.HTTPConnection, Any]:
 def test_a_client_that_never_reads_frees_its_batch_slot(nodes, demo_model):
     node = nodes(config={"api": {"write_timeout_s": 2}}, args=("--place", MODEL), models={DEMO_DIR: demo_model})
     wait_model_ready(node)
-    watcher = BusWatcher(node, b"evt.runner.")
+    watcher = BusWatcher(node, EVT_RUNNER.prefix)
     body = json.dumps(chat(1900, stream=True)).encode()
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window

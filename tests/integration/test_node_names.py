@@ -16,6 +16,8 @@ import yaml
 from skulk.node import exitcodes, node_identity
 from skulk.scripts.admin_client import format_status
 from skulk.wire.cluster import Membership
+from skulk.wire.control import AdminVerb
+from skulk.wire.topics import EVT_CLUSTER
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, wait_until
@@ -46,7 +48,7 @@ def test_three_nodes_given_no_names_on_one_machine_form_one_cluster_and_serve(no
         assert (node.home / node_identity.TAKEN_FILE).read_text().strip() == names[i]  # kept for next start
         line = next(ln for ln in (node.home / "logs" / "gossip.log").read_text().splitlines() if "goes by" in ln)
         assert f"{host!r}" in line and f"{names[i]!r}" in line, line
-        reply = node.admin("status")
+        reply = node.admin(AdminVerb.STATUS)
         assert reply.node_name == names[i] and format_status(reply).startswith(f"node {names[i]},")
     assert not (cluster[0].home / node_identity.TAKEN_FILE).exists()
     assert not any("refused to join" in (n.home / "logs" / "gossip.log").read_text() for n in cluster)
@@ -79,7 +81,7 @@ def test_a_second_node_with_a_taken_name_refuses_to_join(nodes):
     assert "ERROR" in line and "'n1'" in line and holder_id in line, line
     print(f"the twin says: {line}")
 
-    watcher = BusWatcher(twin, b"evt.cluster.")  # 2 s of its hellos: it stays a cluster of one
+    watcher = BusWatcher(twin, EVT_CLUSTER.prefix)  # 2 s of its hellos: it stays a cluster of one
     try:
         sizes = {len(m.members) for _t, m in watcher.messages(2.0) if isinstance(m, Membership)}
     finally:

@@ -16,6 +16,7 @@ import pytest
 
 from skulk.node import exitcodes
 from skulk.wire.events import ChildLifecycle
+from skulk.wire.topics import EVT_SUPERVISOR
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import BusWatcher, Node
 from tests.integration.serving import MODEL, wait_model_ready
@@ -68,7 +69,7 @@ def test_ctrl_c_while_the_roles_and_a_runner_boot_is_quiet(nodes, demo_model):
     """SIGINT in the middle of the children's imports: it waits (blocked) until each role has its
     handlers, instead of a KeyboardInterrupt traceback; the runner is still loading mlx."""
     node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model}, ready=False)
-    watcher = BusWatcher(node, b"evt.supervisor.")
+    watcher = BusWatcher(node, EVT_SUPERVISOR.prefix)
     try:
         watcher.wait_for(lambda m: isinstance(m, ChildLifecycle) and m.event == "started"
                          and m.supervisor == "runners", 60)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from skulk.wire.control import AdminVerb
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
@@ -39,7 +40,7 @@ def test_json_lines_carry_the_fields_and_the_request_ids(nodes, demo_model):
                "the request's lines from the api and the runner")  # re-checked on each bus message
     lines = json_lines(node.log_path)
     assert lines, node.log_tail()
-    name = node.admin("status").node_name  # given no name: the host name (it is alone)
+    name = node.admin(AdminVerb.STATUS).node_name  # given no name: the host name (it is alone)
     assert name
     for line in lines:
         assert FIELDS <= set(line), line

@@ -10,7 +10,9 @@ import psutil
 
 from skulk.node import exitcodes
 from skulk.supervisor.tree import ROLES
+from skulk.wire.control import AdminVerb
 from skulk.wire.events import ChildLifecycle
+from skulk.wire.topics import EVT_SUPERVISOR
 from tests.integration.harness import BusWatcher, wait_until
 from tests.integration.patience import patience
 
@@ -37,7 +39,7 @@ def test_kill9_of_each_role_restarts_only_that_role(nodes):
 
 def test_crash_loop_exhausts_budget_and_escalates(nodes):
     node = nodes()  # default root budget: 3 restarts in 60 s
-    watcher = BusWatcher(node, b"evt.supervisor.")
+    watcher = BusWatcher(node, EVT_SUPERVISOR.prefix)
     try:
         for n in range(1, 4):
             pid = node.status()["janitor"].pid
@@ -61,7 +63,7 @@ def test_crash_loop_exhausts_budget_and_escalates(nodes):
 def test_child_that_never_reports_ready_is_killed_at_its_deadline(nodes):
     node = nodes(config={"children": {"ready_timeout_s": 3.0}},
                  env={"SKULK_FAULTS": "janitor@boot=hang"}, ready=False)
-    watcher = BusWatcher(node, b"evt.supervisor.janitor")
+    watcher = BusWatcher(node, EVT_SUPERVISOR.prefix + b"janitor")
     try:
         started = watcher.wait_for(lambda m: m.event == "started", 15)
         t0 = time.monotonic()
@@ -96,7 +98,7 @@ def test_a_child_slow_to_boot_but_working_is_waited_for_not_killed(nodes):
 
 def test_frozen_child_misses_heartbeats_and_is_replaced(nodes):
     node = nodes(config={"heartbeat": {"interval_s": 0.25, "liveness": 3}})
-    watcher = BusWatcher(node, b"evt.supervisor.gossip")
+    watcher = BusWatcher(node, EVT_SUPERVISOR.prefix + b"gossip")
     try:
         frozen = node.status()["gossip"].pid
         t0 = time.monotonic()
@@ -160,7 +162,7 @@ def test_a_failed_runner_is_recreated_by_the_leader_until_a_crash_loop(nodes, de
     assert status == 200, body
     again = wait_model_ready(node, exclude=tuple(seen))
     assert http_json(f"{node.url}/instance/{body['instance_id']}", method="DELETE")[0] == 200
-    watcher = BusWatcher(node, b"evt.supervisor.")
+    watcher = BusWatcher(node, EVT_SUPERVISOR.prefix)
     try:
         if again in node.status():
             watcher.wait_for(lambda m: m.child_id == again and m.event == "stopped", 20)
@@ -203,7 +205,7 @@ def test_sighup_restarts_the_node_in_place(nodes):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         # Each try is a blocking `wait`; the stopping incarnation answers "node is stopping".
-        reply = node.admin("wait", timeout_s=deadline - time.monotonic(), request_timeout=2.0)
+        reply = node.admin(AdminVerb.WAIT, timeout_s=deadline - time.monotonic(), request_timeout=2.0)
         rows = {c.id: c for c in reply.children}
         if reply.ok and rows["bus"].pid != before["bus"].pid:
             break

@@ -26,6 +26,7 @@ from skulk.services.master.effects import (
     ToPeers,
 )
 from skulk.wire.cluster import Member, Membership
+from skulk.wire.control import AdminVerb
 from skulk.wire.message import Command, Message
 from tests.unit.test_state_and_routing import node
 
@@ -46,7 +47,7 @@ class Sim:
     groups: list[set[str]] = field(default_factory=list)
     links: dict[str, set[str]] = field(default_factory=dict)
     answers: dict[str, list[tuple[list[bytes] | None, Message]]] = field(default_factory=dict)
-    told: dict[str, list[str]] = field(default_factory=dict)
+    told: dict[str, list[AdminVerb]] = field(default_factory=dict)
     published: dict[str, list[Message]] = field(default_factory=dict)
     steps: int = 0
     starts: int = 0
@@ -159,7 +160,7 @@ class Sim:
             elif isinstance(effect, LinkPeers):
                 self.links[src] = set(effect.members) - {src}
             elif isinstance(effect, TellSupervisor):
-                self.told[src].append(effect.verb.value)
+                self.told[src].append(effect.verb)
             elif isinstance(effect, Publish):
                 self.published[src].append(effect.message)
                 if isinstance(effect.message, IndexedEvent):

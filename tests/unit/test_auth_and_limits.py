@@ -22,7 +22,6 @@ from skulk.services.api.http.auth import (
     Policy,
     Verdict,
     decide,
-    is_loopback,
     presented_key,
     startup_warnings,
 )
@@ -130,14 +129,6 @@ def test_scopes_without_keys():
     assert decide(everywhere, Scope.ADMIN, "anything", client_local=False)[0] is Verdict.LOCAL_ONLY
     assert decide(everywhere, Scope.INFERENCE, None, client_local=False)[0] is Verdict.ALLOW
     assert decide(opened, Scope.ADMIN, None, client_local=False)[0] is Verdict.ALLOW
-
-
-@pytest.mark.parametrize("address, loopback", [("127.0.0.1", True), ("127.9.9.9", True), ("::1", True),
-                                               ("::ffff:127.0.0.1", True), ("localhost", True),
-                                               ("0.0.0.0", False), ("::", False), ("192.168.1.2", False),
-                                               ("::ffff:10.0.0.1", False), ("", False), ("nonsense", False)])
-def test_loopback_addresses(address, loopback):
-    assert is_loopback(address) is loopback
 
 
 def test_the_presented_key():

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from skulk.node import config
+from skulk.node.role_args import ApiArgs
 from skulk.services.faults import parse
-from skulk.supervisor.tree import ROLES, build_tree
+from skulk.supervisor.tree import ROLES, build_tree, role_settings
 
 
 def test_defaults(tmp_path: Path):
@@ -47,6 +48,18 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, needle: str):
     path.write_text(text)
     with pytest.raises(config.ConfigError, match=needle):
         config.load(home=tmp_path, config_path=path, env={})
+
+
+def test_the_default_output_budget_reaches_the_api_as_its_argument(tmp_path: Path):
+    (tmp_path / "skulk.yaml").write_text("api: {max_output_tokens: 512}\n")
+    assert config.load(home=tmp_path, env={}).api_max_output_tokens == 512
+    cfg = config.load(home=tmp_path, env={"SKULK_MAX_OUTPUT_TOKENS": "256"})
+    api = role_settings(cfg, "api", "n1")
+    assert isinstance(api, ApiArgs) and api.max_output_tokens == 256
+    assert ApiArgs.from_argv(api.to_argv()).max_output_tokens == 256  # what the API process reads
+    (tmp_path / "skulk.yaml").write_text("api: {max_output_tokens: 0}\n")
+    with pytest.raises(config.ConfigError, match="max_output_tokens"):
+        config.load(home=tmp_path, env={})
 
 
 def test_bad_env_value(tmp_path: Path):

@@ -26,7 +26,7 @@ from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 from skulk.supervisor.tree import role_args
 from skulk.wire.commands import CommandRejected, RejectReason, Routed
-from skulk.wire.control import AdminCommand
+from skulk.wire.control import AdminCommand, AdminVerb
 from skulk.wire.events import ChildLifecycle
 from skulk.wire.models import ModelCard
 
@@ -121,12 +121,25 @@ def tree() -> Supervisor:
 
 def test_drained_is_a_node_verb_and_wait_is_never_met_while_draining():
     root = tree()
-    assert control.apply(AdminCommand(verb="drained"), root, [], 0.0) == control.NodeVerb("drained")
-    assert not control.apply(AdminCommand(verb="drained", target="bus"), root, [], 0.0).ok  # type: ignore[union-attr]
+    assert control.apply(AdminCommand(verb=AdminVerb.DRAINED), root, [], 0.0) == control.NodeVerb(AdminVerb.DRAINED)
+    assert not control.apply(AdminCommand(verb=AdminVerb.DRAINED, target="bus"), root, [], 0.0).ok  # type: ignore[union-attr]
     root.slots["bus"].state = "running"
     assert control.satisfied(root, "", 0) and not control.satisfied(root, "", 0, restarting=True)
-    waiting = control.apply(AdminCommand(verb="wait", timeout_s=5.0), root, [b"x"], 1.0, restarting=True)
+    waiting = control.apply(AdminCommand(verb=AdminVerb.WAIT, timeout_s=5.0), root, [b"x"], 1.0, restarting=True)
     assert isinstance(waiting, control.Waiter) and waiting.deadline == 6.0  # the new image answers it
+
+
+def test_an_admin_verb_travels_as_its_plain_string_and_an_unknown_one_is_refused_by_name():
+    from skulk.wire.codec import decode, encode
+
+    raw = encode(AdminCommand(verb=AdminVerb.START_CHILD, target="r1"))
+    assert b"start_child" in raw and b"AdminVerb" not in raw
+    back = decode(raw)
+    assert isinstance(back, AdminCommand) and back.verb == AdminVerb.START_CHILD
+    refused = control.apply(AdminCommand(verb="reboot"), tree(), [], 0.0)  # deliberately no AdminVerb
+    assert not isinstance(refused, (control.Waiter, control.NodeVerb)) and not refused.ok
+    assert refused.message == ("unknown verb 'reboot' (known: status, restart, stop, wait, start_child, "
+                               "terminate_child, drained)")
 
 
 # ---- /health, routing through a leader change, the saved state -------------------------------------

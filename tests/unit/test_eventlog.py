@@ -31,6 +31,18 @@ def test_state_changes_are_recorded_heartbeats_are_not():
     assert worth_recording(info, seen, "n2")
 
 
+def test_the_spelled_topics_above_are_the_declared_ones():
+    """The test above spells topics as raw frames carry them; the code derives them from
+    `wire/topics.py`: both must agree, and every state event's topic is under `STATE_EVENTS`."""
+    from skulk.cluster.state import EVENT_TYPES, NodeGatheredInfo
+    from skulk.wire.topics import ALL_TOPICS, EVERY_EVENT, STATE_EVENTS, state_event_topic
+
+    assert STATE_EVENTS == b"evt.state.event." and EVERY_EVENT == b"evt."
+    assert state_event_topic(NodeGatheredInfo) == b"evt.state.event.node_gathered_info"
+    assert all(t.prefix.startswith(EVERY_EVENT) for t in ALL_TOPICS)
+    assert all(state_event_topic(e).startswith(STATE_EVENTS) for e in EVENT_TYPES)
+
+
 def test_archives_are_pruned_oldest_first_by_count_and_by_bytes():
     keep = Retention(archives_max=2, archives_bytes=100)
     assert archives_to_prune([("a", 10), ("b", 10), ("c", 10)], keep) == ["a"]

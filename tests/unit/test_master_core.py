@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.cluster.state import NodeRestarting, RunnerStatus
 from skulk.services.master.core import CoreSettings, MasterCore
-from skulk.services.master.effects import Instant, SupervisorVerb, TellSupervisor
+from skulk.services.master.effects import Instant, TellSupervisor
 from skulk.services.master.replication import carried_over
 from skulk.wire.cluster import ForwardCommand, ForwardedReply, LocalEvent
 from skulk.wire.commands import (
@@ -28,6 +28,7 @@ from skulk.wire.commands import (
     TaskFinished,
     TextGeneration,
 )
+from skulk.wire.control import AdminVerb
 from skulk.wire.events import ChildLifecycle, RunnerReport
 from tests.unit.master_sim import Sim
 from tests.unit.test_state_and_routing import CARD, PARAMS
@@ -185,9 +186,9 @@ def test_a_drain_waits_for_the_mark_and_the_open_task_then_tells_the_supervisor_
     assert node_id in sim.cores[leader].state.restarting and sim.told[node_id] == []  # the task still runs
     sim.command(node_id, TaskFinished(command_id="f1", finished_command_id="t1"))
     sim.run(1.0)
-    assert sim.told[node_id] == [SupervisorVerb.DRAINED.value]
+    assert sim.told[node_id] == [AdminVerb.DRAINED]
     sim.run(1.0)
-    assert sim.told[node_id] == [SupervisorVerb.DRAINED.value]
+    assert sim.told[node_id] == [AdminVerb.DRAINED]
 
 
 def test_a_drain_waits_for_the_leader_to_record_the_restart_mark():
@@ -205,7 +206,7 @@ def test_a_drain_waits_for_the_leader_to_record_the_restart_mark():
     sim.drop = lambda src, dst, msg: False
     sim.run(1.5)  # the mark is sent again every second until the state has it
     assert follower in sim.cores[leader].state.restarting
-    assert sim.told[follower] == [SupervisorVerb.DRAINED.value]
+    assert sim.told[follower] == [AdminVerb.DRAINED]
 
 
 def test_a_failed_runner_deletes_its_instance_and_the_leader_recreates_it_after_the_backoff():
@@ -234,9 +235,9 @@ def test_a_second_restart_while_one_is_pending_is_upstreams_409_and_the_supervis
     first, second = sim.reply("a", "r1"), sim.reply("a", "r2")
     assert isinstance(first, CommandAccepted) and first.message == "restarting"
     assert isinstance(second, CommandRejected) and (second.status, second.message) == (409, RESTART_PENDING)
-    assert sim.told["a"] == [SupervisorVerb.RESTART.value]
+    assert sim.told["a"] == [AdminVerb.RESTART]
     sim.command("a", RestartNode(command_id="r3", node_id="b"))  # passed to b's master
-    assert sim.told["b"] == [SupervisorVerb.RESTART.value]
+    assert sim.told["b"] == [AdminVerb.RESTART]
     passed = sim.reply("a", "r3")
     assert isinstance(passed, CommandAccepted) and passed.message == "restart_sent"
     sim.command("a", RestartNode(command_id="r4", node_id="zz"))
@@ -249,9 +250,9 @@ def test_a_drained_message_the_supervisor_could_not_take_is_sent_again():
     core.on_bus(ChildLifecycle(child_id="node", supervisor="root", event="restarting", pid=1, restarts=0),
                 Instant(0.1, 0.1))
     told = [e for e in core.tick(Instant(0.2, 0.2)) if isinstance(e, TellSupervisor)]
-    assert told == [TellSupervisor(SupervisorVerb.DRAINED)]
+    assert told == [TellSupervisor(AdminVerb.DRAINED)]
     assert not [e for e in core.tick(Instant(0.3, 0.3)) if isinstance(e, TellSupervisor)]
-    core.supervisor_missed(SupervisorVerb.DRAINED)
+    core.supervisor_missed(AdminVerb.DRAINED)
     assert [e for e in core.tick(Instant(0.4, 0.4)) if isinstance(e, TellSupervisor)] == told
 
 
@@ -337,12 +338,12 @@ def test_the_supervisor_link_sends_the_admin_verb_and_says_when_it_could_not():
     sup.bind("inproc://supervisor-link")
     master_side.connect("inproc://supervisor-link")
     try:
-        assert SupervisorLink(master_side).tell(SupervisorVerb.RESTART.value)
+        assert SupervisorLink(master_side).tell(AdminVerb.RESTART)
         asked = recv(sup)
         assert isinstance(asked, AdminCommand) and asked.verb == "restart"
         lonely = ctx.socket(zmq.PAIR)  # no peer: a NOBLOCK send cannot go
         try:
-            assert SupervisorLink(lonely).tell(SupervisorVerb.DRAINED.value) is False
+            assert SupervisorLink(lonely).tell(AdminVerb.DRAINED) is False
         finally:
             lonely.close(0)
     finally:
@@ -354,7 +355,7 @@ def test_a_restart_the_supervisor_could_not_take_is_not_left_pending():
     core = MasterCore(CoreSettings(node_id="a"), lambda: "x")
     core.boot(Instant(0, 0), wait_s=0)
     first = core.on_local([b"api", b"r1"], RestartNode(command_id="r1", node_id="a"), Instant(0.1, 0.1))
-    assert TellSupervisor(SupervisorVerb.RESTART) in first
-    core.supervisor_missed(SupervisorVerb.RESTART)
+    assert TellSupervisor(AdminVerb.RESTART) in first
+    core.supervisor_missed(AdminVerb.RESTART)
     again = core.on_local([b"api", b"r2"], RestartNode(command_id="r2", node_id="a"), Instant(0.2, 0.2))
-    assert TellSupervisor(SupervisorVerb.RESTART) in again  # asked again, not a 409
+    assert TellSupervisor(AdminVerb.RESTART) in again  # asked again, not a 409

@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
+from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services.api.dialects import anthropic, completions, embeddings, ollama, responses
 from skulk.services.api.dialects.fields import ApiError, flag
 from skulk.services.api.dialects.openai_chat import CHAT_REQUEST, parse
@@ -67,8 +68,12 @@ def deps(home: Path) -> Deps:
     replica, master, runners = NoState(), NoMaster(), NoRunners()
     return Deps(replica=replica, master=master, runners=runners,  # type: ignore[arg-type]
                 generation=Generation(master, runners, replica, "n1"),  # type: ignore[arg-type]
-                node_id="n1", models=home / "models", version="0.0-test", config_file=home / "skulk.yaml",
-                run_dir=home)  # no supervisor there: GET /metrics leaves its figures out
+                child=ChildArgs(child_id="api", title="api", home=home, run_dir=home),  # no supervisor there:
+                api=api_args("n1", home), version="0.0-test")  # GET /metrics leaves its figures out
+
+
+def api_args(node_id: str, home: Path) -> ApiArgs:
+    return ApiArgs(port=0, node_id=node_id, keepalive=10.0, stall_timeout=120.0, config_file=str(home / "skulk.yaml"))
 
 
 @pytest.fixture

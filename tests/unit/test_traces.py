@@ -12,6 +12,7 @@ import falcon.testing
 import pytest
 
 from skulk.node import config
+from skulk.node.role_args import ChildArgs
 from skulk.node.trace_files import TracePart, traces_root, write_part
 from skulk.services.api.http.app import build_app
 from skulk.services.api.http.declare import Deps
@@ -27,6 +28,7 @@ from skulk.services.api.observe.trace_views import (
 )
 from skulk.services.janitor.policy import DAY_S, expired_tasks
 from skulk.services.janitor.service import sweep
+from tests.unit.test_openapi import api_args
 
 T0 = 1_700_000_000_000_000  # µs since the epoch
 MODEL = "org/model"
@@ -205,8 +207,9 @@ class NoState:
 @pytest.fixture
 def client(tmp_path: Path) -> falcon.testing.TestClient:
     routes = tuple(r for r in ROUTES if r.path.startswith("/v1/traces"))
-    deps = Deps(replica=NoState(), master=None, runners=None, generation=None, node_id="A",  # type: ignore[arg-type]
-                models=tmp_path / "models", version="t", config_file=tmp_path / "skulk.yaml", home=tmp_path)
+    deps = Deps(replica=NoState(), master=None, runners=None, generation=None,  # type: ignore[arg-type]
+                child=ChildArgs(child_id="api", title="api", home=tmp_path, run_dir=tmp_path),
+                api=api_args("A", tmp_path), version="t")
     pipeline_task(tmp_path, tmp_path / "b")
     return falcon.testing.TestClient(build_app(deps, routes))
 

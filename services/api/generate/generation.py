@@ -29,7 +29,6 @@ from skulk.cluster.state import TaskParams
 from skulk.node import logctx
 from skulk.node.metrics import INTERNAL_ERROR
 from skulk.node.trace_files import now_us
-from skulk.services.api.dialects.fields import DEFAULT_MAX_TOKENS
 from skulk.services.api.generate import resume
 from skulk.services.api.generate.event_record import EventRecorder
 from skulk.services.api.generate.metering import ApiShape, StreamMeter
@@ -73,10 +72,11 @@ class GenerationError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def context_checked(params: TaskParams, context_limit: int) -> TaskParams:
-    """Fill the default output budget, or refuse a max_tokens the model cannot hold."""
+def context_checked(params: TaskParams, context_limit: int, default_max: int = 4096) -> TaskParams:
+    """Fill the default output budget (`api.max_output_tokens`), or refuse a max_tokens the
+    model cannot hold."""
     if params.max_tokens == 0:
-        budget = min(DEFAULT_MAX_TOKENS, context_limit) if context_limit > 0 else DEFAULT_MAX_TOKENS
+        budget = min(default_max, context_limit) if context_limit > 0 else default_max
         return replace(params, max_tokens=max(1, budget))
     if context_limit > 0 and params.max_tokens > context_limit:
         raise GenerationError(400, FailReason.CONTEXT_LENGTH_EXCEEDED,
@@ -196,15 +196,23 @@ class Stream:
 
 class Generation:
     def __init__(self, master: MasterClient, runners: RunnerLink, replica: StateReplica, node_id: str,
-                 api: ApiShape = ApiShape.OTHER) -> None:
+                 api: ApiShape = ApiShape.OTHER, max_output_tokens: int = 4096) -> None:
         self.master = master
         self.runners = runners
         self.replica = replica
         self.node_id = node_id
         self.home: Path | None = None  # where traced requests' spans go (set by the app)
         self.events: EventRecorder | None = None  # the event log's API records (set by the app)
-        self.node_name = ""
         self.api = api
+        self.max_output_tokens = max_output_tokens
+
+    @property
+    def node_name(self) -> str:
+        """This node's name as the cluster knows it now (gossip may give it its derived name
+        after the start): what its trace parts say."""
+        state = self.replica.get(timeout=0)
+        info = state.nodes.get(self.node_id) if state else None
+        return info.friendly_name if info else ""
 
     def shaped(self, api: ApiShape) -> Generation:
         """This generation path for one client shape (its requests' `api` metrics label)."""
@@ -262,7 +270,7 @@ class Generation:
     def _open_once(self, params: TaskParams) -> Stream:
         opened_us = now_us()
         default_budget = params.max_tokens == 0  # the runner fits it to the prompt it tokenizes
-        params = context_checked(params, self.context_limit(params.model))
+        params = context_checked(params, self.context_limit(params.model), self.max_output_tokens)
         try:  # asked again while the leader changes (a rolling restart)
             routed = THROUGH_FAILOVER.ask(self.master, lambda _attempt: self._command(params))
         except MasterUnavailable as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skulk.node.role_args import ApiArgs
+
 
 @dataclass(frozen=True, slots=True)
 class StreamTiming:
@@ -17,6 +19,11 @@ class StreamTiming:
     stall_s: float = 120.0
     resume_attempts: int = 2  # `api.resume`: a stream whose instance is lost goes on elsewhere (`resume.py`)
     resume_wait_s: float = 30.0
+
+    @classmethod
+    def of(cls, api: ApiArgs) -> StreamTiming:
+        return cls(keepalive_s=api.keepalive, stall_s=api.stall_timeout, resume_attempts=api.resume_attempts,
+                   resume_wait_s=api.resume_wait)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ import falcon
 from skulk.cluster.replica import StateReplica
 from skulk.node.api_keys import ApiKey
 from skulk.node.model_store import ModelStoreConfig
+from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services.api.generate.event_record import EventRecorder
 from skulk.services.api.generate.generation import Generation
 from skulk.services.api.generate.timing import StreamTiming
@@ -31,25 +32,22 @@ from skulk.services.api.observe.runner_view import RunnerView
 from skulk.wire.version import skulk_version
 
 
-def create_app(home: Path, run_dir: Path, node_id: str, timing: StreamTiming | None = None,
-               config_file: Path | None = None, staging_root: Path | None = None,
-               store: ModelStoreConfig | None = None, listen: str = "0.0.0.0", namespace: str = "skulk",
-               log_json: bool = False, keys: tuple[ApiKey, ...] = (), open_admin: bool = False,
+def create_app(child: ChildArgs, api: ApiArgs, keys: tuple[ApiKey, ...] = (),
+               store: ModelStoreConfig | None = None, staging_root: Path | None = None,
                limits: Limits | None = None) -> falcon.App:
-    replica = StateReplica(run_dir)
+    """The app of one worker, from the API role's arguments (`keys`: read from the node's file;
+    `store`, `staging_root`: the model store as this node sees it; `limits`: `Limits.of(api)`)."""
+    replica = StateReplica(child.run_dir)
     # this node's runners as they report on the bus (kept while the state still places them here)
-    view = RunnerView(lambda: frozenset(placed_here(replica.get(timeout=0), node_id))).start(run_dir)
-    master = MasterClient(run_dir)
-    runners = RunnerLink(replica, timing or StreamTiming())
-    generation = Generation(master, runners, replica, node_id)
-    generation.home = home  # traced requests' spans (`request_trace.py`)
-    generation.events = EventRecorder(run_dir)  # chunks and requests in the event log (`event_record.py`)
-    return build_app(Deps(replica=replica, master=master, runners=runners, generation=generation,
-                          node_id=node_id, models=home / "models", version=skulk_version(),
-                          config_file=config_file or home / "skulk.yaml", home=home,
-                          staging_root=staging_root, store=store, listen=listen, run_dir=run_dir,
-                          runner_view=view, namespace=namespace, log_json=log_json, keys=keys,
-                          open_admin=open_admin, limits=limits or Limits()))
+    view = RunnerView(lambda: frozenset(placed_here(replica.get(timeout=0), api.node_id))).start(child.run_dir)
+    master = MasterClient(child.run_dir)
+    runners = RunnerLink(replica, StreamTiming.of(api))
+    generation = Generation(master, runners, replica, api.node_id, max_output_tokens=api.max_output_tokens)
+    generation.home = child.home  # traced requests' spans (`request_trace.py`)
+    generation.events = EventRecorder(child.run_dir)  # chunks and requests in the event log (`event_record.py`)
+    return build_app(Deps(replica=replica, master=master, runners=runners, generation=generation, child=child,
+                          api=api, version=skulk_version(), store=store, staging_root=staging_root,
+                          runner_view=view, keys=keys, limits=limits or Limits()))
 
 
 def other_nodes(deps: Deps) -> frozenset[str]:

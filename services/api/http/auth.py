@@ -17,7 +17,6 @@ are compared as SHA-256 digests (`node/api_keys.py`) and named by their `name`.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
 from collections.abc import Callable, Mapping
@@ -28,6 +27,7 @@ from typing import Any
 import falcon
 import psutil
 
+from skulk.node.addresses import is_loopback, plain_address
 from skulk.node.api_keys import ApiKey, Scope, find
 from skulk.services.api.links.peers import FORWARDED
 
@@ -60,27 +60,6 @@ class Policy:
     @property
     def on_loopback(self) -> bool:
         return is_loopback(self.listen)
-
-
-def plain_address(address: str) -> str:
-    """An IPv4-mapped IPv6 address (`::ffff:10.0.0.2`, as a dual-stack socket reports a client)
-    as the IPv4 address nodes advertise; anything else as given."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return address
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return str(mapped) if mapped else address
-
-
-def is_loopback(address: str) -> bool:
-    """An address only this machine reaches (`127.0.0.0/8`, `::1`, `localhost`, an IPv4-mapped one)."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(plain_address(address).split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def machine_addresses() -> frozenset[str]:

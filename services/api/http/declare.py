@@ -18,6 +18,7 @@ from falcon.routing import map_http_methods
 from skulk.cluster.replica import StateReplica
 from skulk.node.api_keys import ApiKey, Scope
 from skulk.node.model_store import ModelStoreConfig
+from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services.api.generate.generation import Generation
 from skulk.services.api.http.schema import Schema
 from skulk.services.api.links.master_client import MasterClient
@@ -68,33 +69,72 @@ class Limits:
     write_timeout_s: float = 60.0
     streams_root: Path | None = None  # the slots' lock files (`limits.streams_dir`); None: not counted
 
+    @classmethod
+    def of(cls, api: ApiArgs, streams_root: Path | None) -> Limits:
+        return cls(max_body_bytes=int(api.max_body_mb * 2 ** 20), max_messages=api.max_messages,
+                   max_streams_per_key=api.max_streams_per_key, write_timeout_s=api.write_timeout,
+                   streams_root=streams_root)
+
 
 @dataclass(frozen=True)
 class Deps:
-    """What a worker's resources are built from (one of each per gunicorn worker)."""
+    """What a worker's resources are built from (one of each per gunicorn worker): the API's
+    arguments as its supervisor gave them (declared once, in `node/role_args.py`), and what the
+    worker built from them."""
 
     replica: StateReplica
     master: MasterClient
     runners: RunnerLink
     generation: Generation
-    node_id: str
-    models: Path
+    child: ChildArgs  # home, run dir, logging
+    api: ApiArgs  # the node's `api.*` settings
     version: str
-    config_file: Path
-    home: Path = Path(".")
-    staging_root: Path | None = None  # model_store staging (None: no store configured)
     store: ModelStoreConfig | None = None  # the cluster's model store (None: none)
-    listen: str = "0.0.0.0"  # the API's address (on loopback, the store is reached on loopback)
-    run_dir: Path = Path(".")  # the node's run dir (its root's pid is in `skulk.lock`)
+    staging_root: Path | None = None  # model_store staging (None: no store configured)
     runner_view: RunnerView = field(default_factory=RunnerView)
     """This node's runners as they report on the bus, and the nodes gossip saw (`runner_view.py`)."""
-    namespace: str = "skulk"  # the cluster's namespace (`cluster.namespace`)
-    log_json: bool = False  # structured (JSON) logging is on
     routes: tuple[Route, ...] = ()
     """The table being served (the OpenAPI resource publishes it)."""
-    keys: tuple[ApiKey, ...] = field(default=(), repr=False)  # `api.keys` (none: see `auth.py`)
-    open_admin: bool = False  # `api.open_admin`
-    limits: Limits = field(default_factory=Limits)
+    keys: tuple[ApiKey, ...] = field(default=(), repr=False)  # `api.keys`, read from the file (none: `auth.py`)
+    limits: Limits = field(default_factory=Limits)  # `Limits.of(api, ...)`; the default counts no streams
+
+    @property
+    def node_id(self) -> str:
+        return self.api.node_id
+
+    @property
+    def home(self) -> Path:
+        return self.child.home
+
+    @property
+    def run_dir(self) -> Path:
+        """The node's run dir (its root's pid is in `skulk.lock`)."""
+        return self.child.run_dir
+
+    @property
+    def models(self) -> Path:
+        return self.child.home / "models"
+
+    @property
+    def config_file(self) -> Path:
+        return Path(self.api.config_file) if self.api.config_file else self.child.home / "skulk.yaml"
+
+    @property
+    def listen(self) -> str:
+        """The API's address (on loopback, the store is reached on loopback)."""
+        return self.api.listen
+
+    @property
+    def namespace(self) -> str:
+        return self.api.namespace
+
+    @property
+    def open_admin(self) -> bool:
+        return self.api.open_admin
+
+    @property
+    def log_json(self) -> bool:
+        return self.child.log.json
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 import zmq
 
 from skulk.wire import endpoints
-from skulk.wire.control import AdminCommand, AdminReply
+from skulk.wire.control import AdminCommand, AdminReply, AdminVerb
 from skulk.wire.errors import WireError
 from skulk.wire.sockets import make_socket, recv, send
 
@@ -18,7 +18,7 @@ def supervisor_status(run_dir: Path, timeout: float = 1.0, ctx: zmq.Context[Any]
     """The supervisor's status reply, or None when it does not answer in time."""
     sock = make_socket(ctx or zmq.Context.instance(), zmq.REQ, connect=endpoints.supervisor_control(run_dir))
     try:
-        send(sock, AdminCommand(verb="status"))
+        send(sock, AdminCommand(verb=AdminVerb.STATUS))
         if not sock.poll(int(timeout * 1000), zmq.POLLIN):
             return None
         reply = recv(sock)

@@ -18,7 +18,8 @@ from typing import Any
 from skulk.services.api.http.schema import BOOLEAN, INTEGER, NUMBER, STRING, Schema, array, nullable, obj
 from skulk.services.api.links.peers import PeerAnswer
 from skulk.services.api.observe.diagnostics_node import NODE_DIAGNOSTICS
-from skulk.services.api.observe.diagnostics_runners import ATTRS, MLX_MEMORY, PHASE, iso
+from skulk.services.api.observe.diagnostics_runners import ATTRS, MLX_MEMORY, PHASE
+from skulk.services.api.observe.timestamps import iso_micros
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def node_answers(local: NodeAnswer, answers: list[PeerAnswer], departed: dict[st
 
 def cluster_json(local_id: str, master: str | None, nodes: list[NodeAnswer], now: float) -> dict[str, Any]:
     """Upstream's `/v1/diagnostics/cluster`, plus `unreachableNodes` as in the timeline."""
-    return {"generatedAt": iso(now), "localNodeId": local_id, "masterNodeId": master,
+    return {"generatedAt": iso_micros(now), "localNodeId": local_id, "masterNodeId": master,
             "nodes": [{"nodeId": n.node_id, "url": n.url, "ok": not n.error, "diagnostics": n.diagnostics,
                        "error": n.error or None} for n in nodes],
             "unreachableNodes": unreachable(nodes)}
@@ -120,7 +121,7 @@ def timeline_json(local_id: str, master: str | None, nodes: list[NodeAnswer], no
         checked.append(n)
     runners.sort(key=lambda r: (r["modelId"], r["deviceRank"], r["runnerId"]))
     entries.sort(key=lambda e: (at_key(e["at"]), e["nodeId"], e["deviceRank"]))
-    return {"generatedAt": iso(now), "localNodeId": local_id, "masterNodeId": master,
+    return {"generatedAt": iso_micros(now), "localNodeId": local_id, "masterNodeId": master,
             "runners": runners, "timeline": entries, "unreachableNodes": unreachable(checked)}
 
 

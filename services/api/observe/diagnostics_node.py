@@ -14,9 +14,10 @@ from typing import Any
 from skulk.cluster.state import OPEN_STATUSES, Instance, RunnerKind, State
 from skulk.services.api.http.schema import BOOLEAN, INTEGER, STRING, Schema, array, enum, nullable, obj
 from skulk.services.api.observe.diagnostics_host import PROCESS, RESOURCES
-from skulk.services.api.observe.diagnostics_runners import RUNNER, Alive, iso, memory, runner_warnings, runners_json
+from skulk.services.api.observe.diagnostics_runners import RUNNER, Alive, memory, runner_warnings, runners_json
 from skulk.services.api.observe.runner_view import RunnerSeen
 from skulk.services.api.observe.state_json import accelerator_json
+from skulk.services.api.observe.timestamps import iso_micros
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def node_diagnostics(facts: NodeFacts, state: State | None, seen: dict[str, Runn
     warnings += runner_warnings(runners, last_update, now)
     placements = ([placement_json(i, state, facts.node_id)
                    for i in sorted(state.instances.values(), key=lambda i: i.instance_id)] if state else [])
-    return {"generatedAt": iso(now), "runtime": runtime_json(facts, state), "identity": identity_json(facts, state),
+    return {"generatedAt": iso_micros(now), "runtime": runtime_json(facts, state),
+            "identity": identity_json(facts, state),
             "resources": {**resources, "gatheredMemory": gathered_memory(facts, state)},
             "processes": processes, "supervisorRunners": runners, "placements": placements, "warnings": warnings}
 

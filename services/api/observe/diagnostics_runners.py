@@ -8,7 +8,6 @@ the documents keep their schema across versions.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +26,7 @@ from skulk.services.api.http.schema import (
     one_of,
 )
 from skulk.services.api.observe.runner_view import RunnerSeen
+from skulk.services.api.observe.timestamps import iso_micros
 from skulk.wire.flight import PHASES, FlightEntry, MlxMemory, Phase
 
 Alive = Callable[[int], bool]
@@ -37,15 +37,6 @@ def shown_phase(phase: str) -> str:
     return phase if phase in PHASES else Phase.IDLE
 
 
-def iso(ts: float) -> str:
-    """UTC ISO 8601 with microseconds (fixed width, so equal instants print equally)."""
-    try:
-        return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="microseconds")
-    except (OverflowError, ValueError, OSError):  # a time no clock gives (a bad report on the bus): no 500
-        edge = dt.datetime.max if ts > 0 else dt.datetime.min
-        return edge.replace(tzinfo=dt.UTC).isoformat(timespec="microseconds")
-
-
 def memory(n: int | None) -> dict[str, int] | None:
     return None if n is None else {"inBytes": int(n)}
 
@@ -53,7 +44,7 @@ def memory(n: int | None) -> dict[str, int] | None:
 def mlx_memory_json(m: MlxMemory | None) -> dict[str, Any] | None:
     if m is None:
         return None
-    return {"generatedAt": iso(m.at), "active": memory(m.active), "cache": memory(m.cache),
+    return {"generatedAt": iso_micros(m.at), "active": memory(m.active), "cache": memory(m.cache),
             "peak": memory(m.peak), "wiredLimit": memory(m.wired_limit), "source": m.source}
 
 
@@ -66,7 +57,7 @@ def entry_attrs(e: FlightEntry) -> dict[str, Any]:
 
 def entry_json(e: FlightEntry, shard: ShardMeta | None) -> dict[str, Any]:
     """One flight-recorder entry as upstream's supervisor keeps it (with its `context`)."""
-    return {"at": iso(e.at), "phase": shown_phase(e.phase), "event": e.event, "detail": e.detail or None,
+    return {"at": iso_micros(e.at), "phase": shown_phase(e.phase), "event": e.event, "detail": e.detail or None,
             "attrs": entry_attrs(e),
             "context": {"nodeId": e.node_id, "runnerId": e.runner_id, "pid": e.pid or None,
                         "instanceId": e.instance_id, "modelId": e.model_id, "rank": e.rank,
@@ -107,11 +98,11 @@ def runner_json(runner_id: str, node_id: str, seen: RunnerSeen | None, inst: Ins
         "pid": pid or None, "processAlive": bool(pid) and alive(pid),
         "exitCode": status.exit_code if status else None,
         "statusKind": kind,
-        "statusSince": iso(seen.status_since) if seen and seen.status_since else None,
+        "statusSince": iso_micros(seen.status_since) if seen and seen.status_since else None,
         "secondsInStatus": round(now - seen.status_since, 3) if seen and seen.status_since else None,
-        "phase": phase, "phaseStartedAt": iso(since) if since else None,
+        "phase": phase, "phaseStartedAt": iso_micros(since) if since else None,
         "secondsInPhase": round(max(0.0, now - since), 3) if since else 0.0,
-        "lastProgressAt": iso(max(last.at, last.last_progress_at)) if last else None,
+        "lastProgressAt": iso_micros(max(last.at, last.last_progress_at)) if last else None,
         "activeTaskId": (last.task_id or None) if last else None,
         "activeCommandId": (last.command_id or None) if last else None,
         "phaseDetail": (last.detail or None) if last else None,
@@ -119,7 +110,7 @@ def runner_json(runner_id: str, node_id: str, seen: RunnerSeen | None, inst: Ins
         "tokensPerSecond": report.tok_s if report else None,
         "tokensTotal": report.tokens_total if report else None,
         "active": report.active if report else None, "waiting": report.waiting if report else None,
-        "lastReportAt": iso(seen.reported_at) if seen and seen.reported_at else None,
+        "lastReportAt": iso_micros(seen.reported_at) if seen and seen.reported_at else None,
         "flightRecorder": [entry_json(e, shard) for e in ring[-entries:]] if entries > 0 else [],
     }
 

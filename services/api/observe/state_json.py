@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ from skulk.services.api.http.schema import (
     obj,
     tagged,
 )
+from skulk.services.api.observe.timestamps import iso_auto
 from skulk.wire.accelerator import Accelerator
 from skulk.wire.models import ModelCard
 from skulk.wire.staging import DownloadKind, DownloadProgress
@@ -78,13 +78,6 @@ def task_json(task: Task) -> dict[str, Any]:
                                "errorMessage": task.error_message or None}}
 
 
-def iso(ts: float) -> str:
-    try:
-        return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
-    except (OverflowError, ValueError, OSError):  # a time no clock gives (a bad report on the bus): no 500
-        return (dt.datetime.max if ts > 0 else dt.datetime.min).replace(tzinfo=dt.UTC).isoformat()
-
-
 def node_health(info: NodeInfo, now_wall: float) -> dict[str, Any]:
     """Upstream's health rules: disk_full <= 2 GB free (error), disk_low < 10 GB (warn),
     unreachable when last seen more than 15 s ago (warn)."""
@@ -132,7 +125,7 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "tasks": {t: task_json(task) for t, task in state.tasks.items()},
         "downloads": {n: [download_json(n, p) for _m, p in sorted(models.items())]
                       for n, models in state.downloads.items()},
-        "lastSeen": {n: iso(info.when) for n, info in nodes.items()},
+        "lastSeen": {n: iso_auto(info.when) for n, info in nodes.items()},
         "topology": {"nodes": sorted(nodes), "connections": {}},
         "tracingEnabled": state.tracing_enabled,
         "lastEventAppliedIdx": state.last_event_applied_idx,
@@ -149,10 +142,10 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "nodeHealth": {n: node_health(i, now_wall) for n, i in nodes.items()},
         "clusterWarnings": cluster_warnings(nodes),
         "masterNodeId": state.master_node_id,
-        "restartingNodes": {n: iso(until) for n, until in state.restarting.items()},
+        "restartingNodes": {n: iso_auto(until) for n, until in state.restarting.items()},
         "deletedInstances": {i: {"modelId": d.model_id, "reason": d.reason, "cause": d.cause or None,
-                                 "deletedAt": iso(d.when) if d.when else None,
-                                 "recreateAt": iso(d.recreate_at) if d.recreate_at else None,
+                                 "deletedAt": iso_auto(d.when) if d.when else None,
+                                 "recreateAt": iso_auto(d.recreate_at) if d.recreate_at else None,
                                  "replacedBy": d.replaced_by or None}
                              for i, d in state.deleted.items()},
     }

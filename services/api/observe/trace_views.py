@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skulk.node.trace_files import valid_task_id
+from skulk.services.api.observe.timestamps import iso_auto
 
 Span = dict[str, Any]
 NodeRef = dict[str, str]  # {"nodeId", "friendlyName"}
@@ -74,10 +75,6 @@ def clean_part(raw: Any, part: str) -> Part | None:
                 friendly_name=_str(raw.get("friendlyName")), model_id=model_id, task_kind=kind, spans=spans)
 
 
-def iso(epoch_s: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch_s, tz=datetime.UTC).isoformat()
-
-
 def _when(text: str) -> float:
     try:
         return datetime.datetime.fromisoformat(text).timestamp()
@@ -119,7 +116,7 @@ def summary(task_id: str, parts: list[Part], created_at: float, file_size: int) 
     """The list entry of one task from its parts on one node (`createdAt`: the newest part's mtime)."""
     spans = [s for p in parts for s in p.spans]
     ordered = sorted(parts, key=lambda p: p.part != "api")  # the API's view of model and kind first
-    return {"taskId": task_id, "createdAt": iso(created_at), "fileSize": file_size,
+    return {"taskId": task_id, "createdAt": iso_auto(created_at), "fileSize": file_size,
             "modelId": next((p.model_id for p in ordered if p.model_id), ""),
             "taskKind": next((p.task_kind for p in ordered if p.task_kind), "text"),
             "categories": sorted({s["category"] for s in spans}),
