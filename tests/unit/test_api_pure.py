@@ -9,12 +9,12 @@ import pytest
 
 from skulk.cluster.state import RunnerStatus, State, ToolCall
 from skulk.node.model_cards import card_from_dir, scan
+from skulk.services.api.dialects import adapter as sse
 from skulk.services.api.dialects import openai_chat as fmt
 from skulk.services.api.dialects.fields import ApiError
 from skulk.services.api.dialects.openai_chat import parse
 from skulk.services.api.generate.generation import GenerationError
 from skulk.services.api.generate.generation import context_checked as check_context
-from skulk.services.api.http import sse
 from skulk.services.api.observe.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.inference import Done, TokenChunk, TopLogprob
@@ -132,7 +132,8 @@ def test_tool_fields_parse_into_the_common_parameters():
 
 
 def test_response_format_becomes_a_grammar_or_a_400():
-    from skulk.services.api.dialects.response_format import grammar_of, ollama_format
+    from skulk.services.api.dialects.fields import grammar_of
+    from skulk.services.api.dialects.ollama import ollama_format
 
     assert grammar_of(None) == "" and grammar_of({"type": "text"}) == ""
     assert grammar_of({"type": "json_object"}) and grammar_of(ollama_format("json"))

@@ -1,9 +1,12 @@
 """What every generation adapter does the same way: parse the body with its parser, open the
 stream (refusals become HTTP errors), then either hand the framework a streaming body or
-collect the whole answer and render it. Each adapter supplies only its parser and renderers."""
+collect the whole answer and render it; and the framings the streams are written in
+(server-sent events: comments, `data:` lines, named events; NDJSON lines). Each adapter
+supplies only its parser and renderers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -70,3 +73,27 @@ def respond(resp: falcon.Response, stream: Stream, streamed: Callable[[Stream], 
     if isinstance(outcome, Failed):
         raise http_error(fail_status(outcome.reason), outcome.error)
     resp.media = whole(stream, chunks, outcome)
+
+
+# ---- stream framings (pure) -------------------------------------------------------------------
+def _json(obj: Any) -> str:
+    return obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+
+
+def sse_comment(text: str) -> bytes:
+    """A comment line: SDKs ignore it; proxies see traffic (keep-alive, command id, progress)."""
+    return f": {text}\n\n".encode()
+
+
+def sse_data(obj: Any) -> bytes:
+    return f"data: {_json(obj)}\n\n".encode()
+
+
+def sse_event(name: str, obj: Any) -> bytes:
+    """A named event (Anthropic Messages, OpenAI Responses): `event:` then `data:`."""
+    return f"event: {name}\ndata: {_json(obj)}\n\n".encode()
+
+
+def ndjson(obj: Any) -> bytes:
+    """One JSON object per line (Ollama's streaming)."""
+    return (_json(obj) + "\n").encode()

@@ -16,7 +16,7 @@ from typing import Any
 import falcon
 
 from skulk.cluster.state import ChatMessage, TaskParams
-from skulk.services.api.dialects.adapter import open_stream, parsed, respond
+from skulk.services.api.dialects.adapter import open_stream, parsed, respond, sse_event
 from skulk.services.api.dialects.fields import (
     FLAG,
     STOPS,
@@ -36,7 +36,6 @@ from skulk.services.api.generate.generation import Generation, Stream, fail_stat
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.errors import anthropic_error
 from skulk.services.api.http.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of, ranged
-from skulk.services.api.http.sse import sse_event
 from skulk.wire.inference import Done, Failed, TokenChunk
 
 

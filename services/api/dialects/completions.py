@@ -14,7 +14,7 @@ import falcon
 
 from skulk.cluster.state import TaskParams
 from skulk.services.api.dialects import openai_chat as fmt
-from skulk.services.api.dialects.adapter import open_stream, respond
+from skulk.services.api.dialects.adapter import open_stream, respond, sse_comment, sse_data
 from skulk.services.api.dialects.fields import (
     FLAG,
     POSITIVE,
@@ -33,7 +33,6 @@ from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.request_body import json_body
 from skulk.services.api.http.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
-from skulk.services.api.http.sse import sse_comment, sse_data
 from skulk.wire.inference import Done, Failed, TokenChunk
 
 

@@ -7,14 +7,12 @@ client shape's own parser and schemas live in its module (`openai_chat.parse`, .
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from skulk.cluster.state import ChatMessage
+from skulk.node.json_grammar import GrammarError, json_schema_grammar
 from skulk.services.api.http.errors import ApiError
 from skulk.services.api.http.schema import BOOLEAN, STRING, Schema, array, enum, nullable, obj, one_of, ranged
-
-DEFAULT_MAX_TOKENS = int(os.environ.get("SKULK_MAX_OUTPUT_TOKENS", "4096"))
 
 
 def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
@@ -113,3 +111,28 @@ SAMPLING: dict[str, Schema] = {
     "top_k": ranged("integer", 0, 1_000_000), "min_p": ranged("number", 0, 1),
     "seed": ranged("integer", -2**63, 2**63 - 1)}
 TEXT_PART: Schema = obj({"type": enum("text"), "text": STRING})
+
+
+def grammar_of(response_format: Any) -> str:
+    """The llguidance grammar of an OpenAI `response_format` (a 400 when unusable):
+    `json_schema` constrains to its schema, `json_object` to any JSON object, `text` to nothing."""
+    if response_format is None:
+        return ""
+    if not isinstance(response_format, dict):
+        raise ApiError(400, "response_format must be an object")
+    kind = response_format.get("type")
+    if kind == "text":
+        return ""
+    if kind == "json_object":
+        schema: Any = {"type": "object"}
+    elif kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise ApiError(400, "response_format.json_schema must be an object with a `schema` object")
+        schema = spec.get("schema", {})
+    else:
+        raise ApiError(400, "response_format.type must be 'text', 'json_object' or 'json_schema'")
+    try:
+        return json_schema_grammar(schema)
+    except GrammarError as exc:
+        raise ApiError(400, f"response_format: the JSON schema cannot be used: {exc}") from None

@@ -19,13 +19,14 @@ import falcon
 
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import ChatMessage, TaskParams
-from skulk.services.api.dialects.adapter import open_stream, parsed, respond
+from skulk.services.api.dialects.adapter import ndjson, open_stream, parsed, respond
 from skulk.services.api.dialects.fields import (
     FLAG,
     SAMPLING,
     STOPS,
     ApiError,
     flag,
+    grammar_of,
     message_list,
     model_of,
     require_content,
@@ -34,7 +35,6 @@ from skulk.services.api.dialects.fields import (
     stops_of,
 )
 from skulk.services.api.dialects.models import Catalog
-from skulk.services.api.dialects.response_format import grammar_of, ollama_format
 from skulk.services.api.generate.generation import Generation, Stream
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.declare import NDJSON
@@ -53,11 +53,22 @@ from skulk.services.api.http.schema import (
     obj,
     one_of,
 )
-from skulk.services.api.http.sse import ndjson
 from skulk.wire.inference import Done, Failed, TokenChunk
 from skulk.wire.models import ModelCard
 
 ROLES = ("system", "user", "assistant", "tool")
+
+
+
+def ollama_format(fmt: Any) -> dict[str, Any] | None:
+    """Ollama's `format` (`"json"` or a JSON schema) as a `response_format`."""
+    if fmt in (None, ""):
+        return None
+    if fmt == "json":
+        return {"type": "json_object"}
+    if isinstance(fmt, dict):
+        return {"type": "json_schema", "json_schema": {"schema": fmt}}
+    raise ApiError(400, "format must be \"json\" or a JSON schema object")
 
 
 def _options(body: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 import falcon
 
 from skulk.cluster.state import ChatMessage, TaskParams, ToolCall
-from skulk.services.api.dialects.adapter import open_stream, parsed, respond
+from skulk.services.api.dialects.adapter import open_stream, parsed, respond, sse_comment, sse_data
 from skulk.services.api.dialects.fields import (
     FLAG,
     POSITIVE,
@@ -32,6 +32,7 @@ from skulk.services.api.dialects.fields import (
     ApiError,
     _int,
     flag,
+    grammar_of,
     max_tokens_of,
     message_list,
     model_of,
@@ -40,8 +41,6 @@ from skulk.services.api.dialects.fields import (
     sampling,
     stops_of,
 )
-from skulk.services.api.dialects.response_format import grammar_of
-from skulk.services.api.dialects.tools import EFFORTS, calls_of, thinking_of, tool_result_of, tools_of
 from skulk.services.api.generate.generation import Generation, Stream, fail_status
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.schema import (
@@ -57,11 +56,68 @@ from skulk.services.api.http.schema import (
     one_of,
     ranged,
 )
-from skulk.services.api.http.sse import sse_comment, sse_data
 from skulk.wire.inference import Done, Failed, Progress, ProgressPhase, TokenChunk
 
 # ---- the request ------------------------------------------------------------------------------
 ROLES = ("assistant", "developer", "system", "tool", "user")  # a tuple: `[] in ROLES` is False, not a TypeError
+
+# The tool-calling and thinking fields: `tools`, the tool calls of assistant messages and the
+# results of `tool` messages, `enable_thinking` and `reasoning_effort`. They go to the model's
+# chat template; the runner parses the model's calls with mlx-lm's tool parser for that model.
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def tools_of(body: dict[str, Any]) -> str:
+    """The `tools` list as JSON text (every entry a function with a name), or ""."""
+    tools = body.get("tools")
+    if tools in (None, []):
+        return ""
+    if not isinstance(tools, list):
+        raise ApiError(400, "tools must be a list")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ApiError(400, f"tools[{i}] must be {{type: 'function', function: {{name, parameters}}}}")
+    return json.dumps(tools)
+
+
+def thinking_of(body: dict[str, Any]) -> dict[str, Any]:
+    enable = body.get("enable_thinking")
+    if enable is not None and not isinstance(enable, bool):
+        raise ApiError(400, "enable_thinking must be a boolean")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in EFFORTS:
+        raise ApiError(400, f"reasoning_effort must be one of {list(EFFORTS)}")
+    return {"enable_thinking": enable, "reasoning_effort": effort or ""}
+
+
+def calls_of(message: dict[str, Any], index: int) -> tuple[ToolCall, ...]:
+    """An assistant message's `tool_calls`, given back in a multi-turn chat."""
+    raw = message.get("tool_calls")
+    if raw in (None, []):
+        return ()
+    if not isinstance(raw, list):
+        raise ApiError(400, f"messages[{index}].tool_calls must be a list")
+    calls = []
+    for j, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, f"messages[{index}].tool_calls[{j}] needs function.name")
+        args = fn.get("arguments", "{}")
+        calls.append(ToolCall(id=str(call.get("id", f"call_{j}")), name=fn["name"],
+                              arguments=args if isinstance(args, str) else json.dumps(args)))
+    return tuple(calls)
+
+
+def tool_result_of(message: dict[str, Any], index: int) -> dict[str, str]:
+    """A `tool` message's call id and function name (for templates that show them)."""
+    if message.get("role") != "tool":
+        return {}
+    call_id, name = message.get("tool_call_id", ""), message.get("name", "")
+    if not isinstance(call_id, str) or not isinstance(name, str):
+        raise ApiError(400, f"messages[{index}].tool_call_id and name must be strings")
+    return {"tool_call_id": call_id, "name": name}
 
 
 def _content(raw: Any, index: int) -> str:

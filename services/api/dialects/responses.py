@@ -18,28 +18,36 @@ from typing import Any
 import falcon
 
 from skulk.cluster.state import ChatMessage, TaskParams
-from skulk.services.api.dialects.adapter import open_stream, parsed, respond
+from skulk.services.api.dialects.adapter import open_stream, parsed, respond, sse_comment, sse_event
 from skulk.services.api.dialects.fields import (
     FLAG,
     POSITIVE,
     SAMPLING,
     ApiError,
     flag,
+    grammar_of,
     max_tokens_of,
     model_of,
     require_content,
     require_object,
     sampling,
 )
-from skulk.services.api.dialects.response_format import grammar_of, responses_format
 from skulk.services.api.generate.generation import Generation, Stream, fail_status
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.schema import INTEGER, NUMBER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of
-from skulk.services.api.http.sse import sse_comment, sse_event
 from skulk.wire.inference import Done, Failed, TokenChunk
 
 ROLES = ("system", "developer", "user", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+
+def responses_format(text: Any) -> dict[str, Any] | None:
+    """The Responses API's `text.format` (`{type: json_schema, name, schema}`) as a `response_format`."""
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return fmt if isinstance(fmt, dict) else None
+    return {"type": "json_schema", "json_schema": {"schema": fmt.get("schema", {})}}
 
 
 def _text(raw: Any, where: str) -> str:

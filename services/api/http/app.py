@@ -23,8 +23,8 @@ from skulk.services.api.http.auth import AuthMiddleware, Policy
 from skulk.services.api.http.declare import Deps, Limits, Route, check
 from skulk.services.api.http.errors import handle_unexpected, serialize_error
 from skulk.services.api.http.limits import LimitsMiddleware
+from skulk.services.api.http.request_body import DrainMiddleware
 from skulk.services.api.http.routes import ROUTES
-from skulk.services.api.http.unread_body import DrainMiddleware
 from skulk.services.api.links.master_client import MasterClient
 from skulk.services.api.links.runner_link import RunnerLink
 from skulk.services.api.observe.diagnostics_runners import placed_here
