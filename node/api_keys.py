@@ -24,7 +24,7 @@ from skulk.node.config_values import ConfigError
 
 
 class Scope(StrEnum):
-    """What a route needs (declared with it in `services/api/routes.py`) and what a key grants.
+    """What a route needs (declared with it in `services/api/http/routes.py`) and what a key grants.
     `admin` includes `inference`; `public` is for routes only (`/health`, the dashboard's files)."""
 
     PUBLIC = "public"

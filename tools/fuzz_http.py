@@ -6,7 +6,7 @@ path parameters). On top come raw requests no schema describes: non-JSON and dee
 bodies, very long strings, path traversal. The driver runs rounds over every operation (a few
 examples per operation and mode, more in later rounds) until its time is up, and records every
 response that breaks the pass rule: a 5xx whose body is not the error envelope of its path
-(`services/api/errors.py`), a dropped connection or a request that hangs.
+(`services/api/http/errors.py`), a dropped connection or a request that hangs.
 
 Two things are pinned so a run cannot end the node it tests: `POST /admin/restart` always names
 a node that does not exist, and output budgets of 32..4096 tokens are cut to 32 (a round stays

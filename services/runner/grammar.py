@@ -1,4 +1,4 @@
-"""Constrained decoding: a request's grammar (`api/response_format.py`) as a mask on its logits.
+"""Constrained decoding: a request's grammar (`api/dialects/fields.py`) as a mask on its logits.
 
 llguidance computes, per step, the set of tokens that keep the output a valid prefix of the
 grammar; every other token's logit becomes -inf before sampling, so greedy and sampled requests

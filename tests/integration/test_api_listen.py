@@ -1,5 +1,5 @@
 """The API's bind after a kill -9 of its arbiter: the predecessor's orphaned workers may still hold
-the port for a moment, and only they are waited out (`services/api/listen.py`)."""
+the port for a moment, and only they are waited out (`services/api/http/listen.py`)."""
 
 from __future__ import annotations
 

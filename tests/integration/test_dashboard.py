@@ -218,7 +218,7 @@ def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):
     screenshot(page, tmp_path, "dashboard-refusal.png")
 
     # A node draining before an in-place restart answers `/health` 503 {"status": "draining"} (its
-    # real shape: `resources/health.py`): the page shows it as the node's status, not as an error.
+    # real shape: `observe/health.py`): the page shows it as the node's status, not as an error.
     draining = json.dumps({"status": "draining", "version": "t"})
     page.route("**/health", lambda route: route.fulfill(status=503, content_type="application/json", body=draining))
     expect(page.get_by_test_id("health")).to_have_text("draining")

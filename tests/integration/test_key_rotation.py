@@ -6,7 +6,7 @@ load balancer would. The operator's three steps, each made with the CLI (`skulk 
 --add-to`, `promote`, `retire`), installed on every node and followed by a rolling restart of all
 three nodes (`POST /admin/restart?node_id=`, one at a time, each back with its instance ready
 before the next). Every node drains before it restarts, and the leader's restart is a failover
-that routing waits out (services/api/failover.py). At the end: not one failed request, every node
+that routing waits out (services/api/links/master_client.py). At the end: not one failed request, every node
 on the new key only (a raw client with the old key gets no answer from the leader, one with the
 new key does), and one cluster.
 """

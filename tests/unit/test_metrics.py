@@ -1,6 +1,6 @@
 """Prometheus metrics: the pure parts (outcomes, token deltas, scrape-time families, the runner
 filter), what a request's meter and the worker's runner gauges record, and the multiprocess
-merge across real processes (`node/metrics.py`, `services/api/metering.py`,
+merge across real processes (`node/metrics.py`, `services/api/generate/metering.py`,
 `services/worker/runner_gauges.py`)."""
 
 from __future__ import annotations

@@ -164,10 +164,10 @@ RESPONSE_FORMAT: Schema = nullable({
 TOOLS: Schema = nullable(array(obj({"function": obj({"name": TEXT},
                                                     {"parameters": {"description": "a JSON schema of the arguments"}})},
                                    {"type": {"description": "\"function\""}})))
-"""`tools` (`tools_request.tools_of`)."""
+"""`tools` (`tools_of`)."""
 TOOL_CALLS: Schema = nullable(array(obj({"function": obj({"name": STRING}, {"arguments": {}})},
                                         {"id": {}, "type": {}})))
-"""An assistant message's `tool_calls` given back (`tools_request.calls_of`)."""
+"""An assistant message's `tool_calls` given back (`calls_of`)."""
 MESSAGE: Schema = {
     **obj({"role": enum(*ROLES)},
           {"content": nullable(one_of(STRING, array(TEXT_PART))), "tool_calls": TOOL_CALLS,

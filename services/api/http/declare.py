@@ -61,7 +61,7 @@ class Op:
 
 @dataclass(frozen=True)
 class Limits:
-    """What one client may ask of a node (`api.*`; `services/api/limits.py` enforces them)."""
+    """What one client may ask of a node (`api.*`; `services/api/http/limits.py` enforces them)."""
 
     max_body_bytes: int = 32 * 1024 * 1024
     max_messages: int = 1024
@@ -149,7 +149,7 @@ class Route:
     suffix: str | None = None
     """Falcon's responder suffix (`on_get_<suffix>`), for a resource serving several routes."""
     scope: Scope = Scope.ADMIN
-    """What a caller's key must grant (`services/api/auth.py`); admin unless said, so a route
+    """What a caller's key must grant (`services/api/http/auth.py`); admin unless said, so a route
     declared without thinking about it is closed."""
 
     @property

@@ -3,7 +3,7 @@
 other lacks. Request and response schemas are referenced from the modules that parse and
 render them. To add a route, append a `Route` (its resource's responders must match its ops).
 
-Who may call a route is declared here too (`scope=`, `services/api/auth.py`): a route that says
+Who may call a route is declared here too (`scope=`, `services/api/http/auth.py`): a route that says
 nothing is admin. Inference: the generation routes of every client shape, their cancel, the
 model listings, `/node_id` and this document. Public: `/health` and the dashboard's own files
 (the page is public; every call it makes is scoped). Admin: everything else, reads included

@@ -1,5 +1,5 @@
 """The dashboard: one HTML page at `/` (and upstream's SPA paths) and its static files under
-`/dashboard/{name}`, all shipped in the package (`services/api/dashboard/`, package data), so a
+`/dashboard/{name}`, all shipped in the package (`services/api/observe/dashboard_files/`, package data), so a
 node serves it offline. The page reads only the public HTTP API (docs/dashboard.md).
 
 Files are read on every request (they are small), so an edit shows on the next reload without
