@@ -31,7 +31,7 @@ from skulk.services.master.election import BOOT_WAIT_S, Action, BecomeLeader, Br
 from skulk.services.master.failures import RecoveryPolicy
 from skulk.services.master.follower import Follower
 from skulk.services.master.leader import Leader
-from skulk.services.master.own_node import OwnNode
+from skulk.services.master.own_node import OwnNode, Restart
 from skulk.services.master.shared import Shared
 from skulk.wire.cluster import (
     Campaign,
@@ -212,10 +212,11 @@ class MasterCore:
         at the next tick; a restart is forgotten, so the operator's next request asks again
         instead of a 409 for a restart that is not coming."""
         if verb is AdminVerb.DRAINED:
-            self.own.drain_told = False
-        else:
+            if self.own.restart is Restart.DRAINED:
+                self.own.restart = Restart.DRAINING
+        elif self.own.restart is Restart.ASKED:
             log.warning("could not ask this node's supervisor to restart (its queue is full); not restarting")
-            self.own.restart_asked = False
+            self.own.restart = Restart.NONE
 
     # -- what the service asks ---------------------------------------------------------------
     def to_save(self) -> State | None:

@@ -2,11 +2,12 @@
 from process exits), its copies' download progress (the worker's), its models (the store
 role's), its in-place restart and the drain before it. A fact is indexed at once when this
 node leads, else sent to the leader as a `LocalEvent` and re-sent until the state has it.
-Pure: it only appends effects to `Shared.out`."""
+Pure: it only appends effects to `Shared.out`. Its restart is one `Restart` value."""
 
 from __future__ import annotations
 
 import logging
+from enum import Enum
 
 from skulk.cluster.catalog import CatalogReport, NodeCatalogUpdated, catalog_key
 from skulk.cluster.state import RESTART_GRACE_S, NodeRestarting, RunnerStatus, RunnerStatusUpdated
@@ -24,18 +25,30 @@ from skulk.wire.staging import DownloadProgress, DownloadReport, NodeDownloadUpd
 
 log = logging.getLogger("skulk.master")
 
+
+class Restart(Enum):
+    """Where this node is in an in-place restart (one value, not three flags that could disagree)."""
+
+    NONE = "none"
+    ASKED = "asked"  # the supervisor was asked to restart (`POST /admin/restart`); not announced yet
+    DRAINING = "draining"  # the supervisor announced it: this process is the old image, draining
+    DRAINED = "drained"  # nothing left in flight, and the supervisor was told so
+
+    @property
+    def leaving(self) -> bool:
+        """This process is the old image of a node that restarts in place."""
+        return self in (Restart.DRAINING, Restart.DRAINED)
+
+
 class OwnNode:
     def __init__(self, shared: Shared, leader: Leader, drain_timeout_s: float) -> None:
         self.s, self.leader, self.drain_timeout_s = shared, leader, drain_timeout_s
         self.runners: dict[str, RunnerStatus] = {}
         self.downloads: dict[str, DownloadProgress] = {}
         self.catalog: dict[str, NodeCatalogUpdated] = {}
-        self.leaving = False
-        """This node restarts in place (this process is the old image)."""
+        self.restart = Restart.NONE  # a second restart while one is under way is a 409
         self.leaving_until = 0.0  # the restart mark's `until` (wall clock)
         self.drain_waits: Pending | None = None  # what the drain last waited for (`drain.py`)
-        self.drain_told = False  # the supervisor knows the drain is over
-        self.restart_asked = False  # a second restart while one is under way is a 409
 
     def on_bus(self, msg: Message) -> None:
         """A report on this node's bus (membership is the core's)."""
@@ -51,8 +64,8 @@ class OwnNode:
         elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == LifecycleEvent.RESTARTING:
             self.restart_announced()
         elif isinstance(msg, ChildLifecycle) and msg.child_id == "node" and msg.event == LifecycleEvent.STOPPING \
-                and self.leaving:  # a stop cut the drain short: the node is not coming back
-            self.leaving, self.leaving_until = False, 0.0
+                and self.restart.leaving:  # a stop cut the drain short: the node is not coming back
+            self.restart, self.leaving_until = Restart.NONE, 0.0
             self.fact(NodeRestarting(node_id=s.node_id, until=0.0))
         elif isinstance(msg, DownloadReport):
             self.downloads[msg.progress.model_id] = msg.progress
@@ -107,21 +120,21 @@ class OwnNode:
 
     def restart_self(self, command_id: str) -> Reply:
         """`POST /admin/restart` of this node: the supervisor restarts it (once)."""
-        if self.restart_asked:
+        if self.restart is not Restart.NONE:
             return CommandRejected(command_id=command_id, status=409, message=RESTART_PENDING,
                                    reason=RejectReason.RESTART_PENDING)
         log.warning("restarting this node in place (asked through the API)")
         self.s.out.append(TellSupervisor(AdminVerb.RESTART))
-        self.restart_asked = True
+        self.restart = Restart.ASKED
         return CommandAccepted(command_id=command_id, message="restarting")
 
     def restart_announced(self) -> None:
         """The supervisor restarts this node in place (it repeats the notice while it drains).
         The leader keeps the node and its instances while gossip does not hear it: for the
         longest drain, then the restart's grace."""
-        if self.leaving:
+        if self.restart.leaving:
             return
-        self.leaving = True
+        self.restart = Restart.DRAINING
         self.leaving_until = self.s.now.wall + self.drain_timeout_s + RESTART_GRACE_S
         self.drain_waits = Pending(DrainWait.NOT_MARKED)
         log.info("this node restarts in place: asking the leader to mark it restarting")
@@ -130,13 +143,13 @@ class OwnNode:
     def mark_again(self) -> None:
         """Every second while restarting: the mark again, until the leader has it (a follower's
         `LocalEvent` can be lost, say in an election)."""
-        if self.leaving and self.leaving_until and self.s.node_id not in self.s.state.restarting:
+        if self.restart.leaving and self.leaving_until and self.s.node_id not in self.s.state.restarting:
             self.fact(NodeRestarting(node_id=self.s.node_id, until=self.leaving_until))
 
     def check_drain(self) -> None:
         """While the restart drains: log what it waits for, and once nothing is left in flight,
         tell the supervisor (once)."""
-        if not self.leaving or self.drain_told or self.drain_timeout_s <= 0:
+        if self.restart is not Restart.DRAINING or self.drain_timeout_s <= 0:
             return
         waits = pending(self.s.state, self.s.node_id, self.s.loads.loads)
         if waits != self.drain_waits:
@@ -145,10 +158,10 @@ class OwnNode:
                      else f"waiting: {waits.reason.value}" if waits else "nothing left in flight")
         if waits is None:
             self.s.out.append(TellSupervisor(AdminVerb.DRAINED))
-            self.drain_told = True
+            self.restart = Restart.DRAINED
 
     def back_from_restart(self) -> None:
         """The new image clears its node's restart mark (routing and the runner plan wait for it)."""
-        if self.s.node_id in self.s.state.restarting and not self.leaving:
+        if self.s.node_id in self.s.state.restarting and not self.restart.leaving:
             self.fact(NodeRestarting(node_id=self.s.node_id, until=0.0))
 

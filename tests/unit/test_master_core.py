@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from skulk.cluster.catalog import NodeCatalogUpdated
 from skulk.cluster.state import NodeRestarting, RunnerStatus
 from skulk.services.master.core import CoreSettings, MasterCore
-from skulk.services.master.effects import Instant, TellSupervisor
+from skulk.services.master.effects import Answer, Instant, TellSupervisor
 from skulk.services.master.replication import carried_over
 from skulk.wire.cluster import ForwardCommand, ForwardedReply, LocalEvent
 from skulk.wire.commands import (
@@ -359,3 +359,16 @@ def test_a_restart_the_supervisor_could_not_take_is_not_left_pending():
     core.supervisor_missed(AdminVerb.RESTART)
     again = core.on_local([b"api", b"r2"], RestartNode(command_id="r2", node_id="a"), Instant(0.2, 0.2))
     assert TellSupervisor(AdminVerb.RESTART) in again  # asked again, not a 409
+
+
+def test_a_restart_the_supervisor_began_itself_is_pending_for_the_api_too():
+    """`skulk admin restart` or SIGHUP to the root (no API request): while the node drains, a
+    restart asked through the API is the 409, not a second restart (`own_node.Restart`)."""
+    core = MasterCore(CoreSettings(node_id="a", drain_timeout_s=5.0), lambda: "x")
+    core.boot(Instant(0, 0), wait_s=0)
+    core.on_bus(ChildLifecycle(child_id="node", supervisor="root", event="restarting", pid=1, restarts=0),
+                Instant(0.1, 0.1))
+    out = core.on_local([b"api", b"r1"], RestartNode(command_id="r1", node_id="a"), Instant(0.2, 0.2))
+    assert TellSupervisor(AdminVerb.RESTART) not in out
+    (answer,) = [e for e in out if isinstance(e, Answer)]
+    assert isinstance(answer.message, CommandRejected) and answer.message.status == 409
