@@ -1,4 +1,11 @@
-"""The suite's order: the longest files first, so that parallel workers (`make test` runs
+"""The suite: `unit/` tests pure modules in one process (fast), `integration/` starts real node
+processes. Each test file is `test_<feature>.py` and holds the tests of one feature. What several
+files share lives in builder modules, never in a test module: `unit/builders.py` (with
+`master_sim.py`, `batcher_driver.py`, `diagnostics_builders.py`, `supervisor_fakes.py` for their
+subjects) and `integration/`'s `harness.py`, `cluster.py`, `serving.py`, `browser.py`, ...; no
+file imports a `test_*` module (`unit/test_layout.py` checks it).
+
+The suite's order: the longest files first, so that parallel workers (`make test` runs
 pytest-xdist, one file to a worker at a time) do not end waiting on one long file started last;
 and, in a parallel run, one BLAS thread per runner.
 

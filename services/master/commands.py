@@ -39,8 +39,6 @@ from skulk.wire.commands import (
     RejectReason,
     Reply,
     Routed,
-    SnapshotRequest,
-    StateSnapshot,
     TaskCancelled,
     TaskFinished,
     TextEmbedding,
@@ -204,11 +202,11 @@ def route_embedding(state: State, cmd: TextEmbedding, new_id: Callable[[], str],
 
 def handle(state: State, cmd: Message, new_id: Callable[[], str], wall: float,
            loads: Mapping[str, int] | None = None) -> Outcome:
-    """`wall`: the leader's clock, stamped on what it records (a config's time, a deletion)."""
+    """The leader carrying out a command (`core.command` decides where each is carried out;
+    this is the leader's part). `wall`: the leader's clock, stamped on what it records (a
+    config's time, a deletion)."""
     if isinstance(cmd, SetConfig):  # the cluster-wide skulk.yaml (config_sync.py)
         return Outcome(*set_config(state, cmd, wall))
-    if isinstance(cmd, SnapshotRequest):
-        return Outcome(StateSnapshot(command_id=cmd.command_id, state=state))
     if isinstance(cmd, SetTracing):  # new tasks carry the flag from the next one on
         told: list[Event] = [] if cmd.enabled == state.tracing_enabled else [TracingSet(enabled=cmd.enabled)]
         return Outcome(CommandAccepted(command_id=cmd.command_id), told)

@@ -1,7 +1,7 @@
 """What the master core's parts share, declared once: the replicated state as this master
-holds it, the election, the command desk, the roster, the runners' loads, and the effects of
-the input being handled. The leader part, the follower part and this node's own facts each
-take it explicitly (no mixins, no undeclared attributes)."""
+holds it, the election, the command desk, the roster, the runners' loads; and the `Turn`, the
+input being handled (its clocks and the effects it makes), which every part that decides is
+given explicitly: nothing ambient, so a reader sees from a signature what a step may do."""
 
 from __future__ import annotations
 
@@ -32,10 +32,6 @@ class Shared:
     roster: Roster = field(default_factory=Roster)
     desk: CommandDesk = field(default_factory=CommandDesk)
     loads: RunnerLoads = field(default_factory=RunnerLoads)
-    now: Instant = Instant(0.0, 0.0)
-    """The clocks of the input being handled."""
-    out: list[Effect] = field(default_factory=list)
-    """The effects of the input being handled, in order."""
 
     @property
     def leading(self) -> bool:
@@ -46,17 +42,25 @@ class Shared:
         leader = self.election.leader
         return leader if leader and leader != self.node_id and self.election.session else None
 
-    def to_leader(self, msg: Message) -> None:
+    def to_leader(self, turn: Turn, msg: Message) -> None:
         if (leader := self.leader_link()) is not None:
-            self.out.append(ToPeer(leader, msg))
+            turn.out.append(ToPeer(leader, msg))
 
-    def to_peers(self, msg: Message) -> None:
-        self.out.append(ToPeers(msg))
+    def to_peers(self, turn: Turn, msg: Message) -> None:
+        turn.out.append(ToPeers(msg))
 
-    def publish(self, event: IndexedEvent) -> None:
-        self.out.append(Publish(event))
+    def publish(self, turn: Turn, event: IndexedEvent) -> None:
+        turn.out.append(Publish(event))
         self.published.note(event)
 
-    def publish_head(self) -> None:
+    def publish_head(self, turn: Turn) -> None:
         if self.state.session:  # booting or campaigning with nothing yet: the replicas keep theirs
-            self.out.append(Publish(StateHead(idx=self.state.last_event_applied_idx, session=self.state.session)))
+            turn.out.append(Publish(StateHead(idx=self.state.last_event_applied_idx, session=self.state.session)))
+
+
+@dataclass
+class Turn:
+    """One input being handled: its clocks, and the effects it makes, in order."""
+
+    now: Instant
+    out: list[Effect] = field(default_factory=list)

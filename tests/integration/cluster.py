@@ -1,14 +1,21 @@
 """Several real nodes on one machine: each its own `--home`, loopback ports and process group,
 joined by bootstrap peers in a namespace of their own. Waits are on real signals: every
 re-check of the nodes' `/state` is triggered by a message on a node's bus (membership is
-published every 0.25 s), under a deadline."""
+published every 0.25 s), under a deadline. Also: a placement waited for until every rank is
+ready (`place_and_wait`), and a raw ZeroMQ client of a master's cluster port (`ask_leader`)."""
 
 from __future__ import annotations
 
+import time
 import urllib.error
 from typing import Any
 
-from tests.integration.harness import Node
+import zmq
+
+from skulk.wire import codec, curve
+from skulk.wire.cluster import ReplayRequest
+from skulk.wire.sockets import make_socket
+from tests.integration.harness import Node, wait_until
 from tests.integration.serving import http_json
 
 FAST = {"cluster": {"discovery_port": 0}}
@@ -50,3 +57,40 @@ def converged(nodes: list[Node], count: int, same_idx: bool = False) -> dict[str
     if same_idx and len({s["lastEventAppliedIdx"] for s in states}) != 1:  # type: ignore[index]
         return None
     return {"master": next(iter(masters)), "states": states}
+
+
+def place_and_wait(via, everyone, body) -> tuple[str, float]:
+    t0 = time.monotonic()
+    status, reply = http_json(f"{via.url}/place_instance", body)
+    assert status == 200, reply
+    iid = reply["instance_id"]
+
+    def ready():
+        state = state_of(everyone[0]) or {}
+        inst = state.get("instances", {}).get(iid)
+        if not inst:
+            return None
+        rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
+        return all("RunnerReady" in state["runners"].get(r, {}) for r in rids) and inst
+
+    inst = wait_until(everyone[0], ready, 120, f"instance {body} ready")
+    return iid, time.monotonic() - t0, inst
+
+
+ANSWER_MS = 5000
+SILENT_MS = 2000
+
+
+def ask_leader(port: int, keys: curve.ClusterKeys | None) -> object | None:
+    """A replay request to a master's cluster port; its answer, or None when none came."""
+    ctx = zmq.Context()
+    curve.configure(keys)
+    try:
+        sock = make_socket(ctx, zmq.DEALER, connect=f"tcp://127.0.0.1:{port}")
+        sock.send(codec.encode(ReplayRequest(node_id="outsider", session="", since=-1)), zmq.NOBLOCK)
+        answer = codec.decode(sock.recv()) if sock.poll(ANSWER_MS if keys else SILENT_MS) else None
+        sock.close(0)
+        return answer
+    finally:
+        curve.configure(None)
+        ctx.term()

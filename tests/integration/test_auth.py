@@ -25,10 +25,10 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.integration import netns
+from tests.integration.browser import CHROMIUM, FLAGS
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import MODEL
-from tests.integration.test_dashboard import CHROMIUM, FLAGS
 
 ADMIN_KEY = "sk-admin-" + uuid.uuid4().hex
 INFERENCE_KEY = "sk-infer-" + uuid.uuid4().hex

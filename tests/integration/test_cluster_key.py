@@ -6,37 +6,16 @@ from __future__ import annotations
 
 import uuid
 
-import zmq
-
-from skulk.wire import codec, curve
-from skulk.wire.cluster import EventBatch, ReplayRequest, SnapshotPush
-from skulk.wire.sockets import make_socket
-from tests.integration.cluster import FAST, converged, node_args, state_of
+from skulk.wire import curve
+from skulk.wire.cluster import EventBatch, SnapshotPush
+from tests.integration.cluster import FAST, ask_leader, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
 
-ANSWER_MS = 5000
-SILENT_MS = 2000
-
 
 def keyed(path) -> dict:
     return {**FAST, "cluster": {**FAST["cluster"], "key_file": str(path)}}
-
-
-def ask_leader(port: int, keys: curve.ClusterKeys | None) -> object | None:
-    """A replay request to a master's cluster port; its answer, or None when none came."""
-    ctx = zmq.Context()
-    curve.configure(keys)
-    try:
-        sock = make_socket(ctx, zmq.DEALER, connect=f"tcp://127.0.0.1:{port}")
-        sock.send(codec.encode(ReplayRequest(node_id="outsider", session="", since=-1)), zmq.NOBLOCK)
-        answer = codec.decode(sock.recv()) if sock.poll(ANSWER_MS if keys else SILENT_MS) else None
-        sock.close(0)
-        return answer
-    finally:
-        curve.configure(None)
-        ctx.term()
 
 
 def test_only_key_holders_join_read_or_command(nodes, demo_model, tmp_path):

@@ -18,21 +18,17 @@ import shutil
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import BrowserContext, Page, expect
 
+from tests.integration.browser import browser  # noqa: F401 - the fixture
 from tests.integration.cluster import FAST, converged, name_of, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import MODEL, http_json, sse_events
-
-CHROMIUM = os.environ.get("SKULK_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
 
 
 def start_pair(nodes: Any, demo_model: Path, config: dict[str, Any] = FAST) -> tuple[Node, Node]:
@@ -46,21 +42,6 @@ def start_pair(nodes: Any, demo_model: Path, config: dict[str, Any] = FAST) -> t
 @pytest.fixture
 def pair(nodes, demo_model) -> tuple[Node, Node]:
     return start_pair(nodes, demo_model)
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[BrowserContext]:
-    """Headless Chromium with a fresh profile; closed (its processes gone) whatever happened."""
-    assert Path(CHROMIUM).is_file(), f"{CHROMIUM} is missing: `make setup` installs Debian's chromium"
-    expect.set_options(timeout=30_000)
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1400, "height": 1100})
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 class Streams:
@@ -110,7 +91,7 @@ def screenshot(page: Page, tmp_path: Path, name: str) -> Path:
     return path
 
 
-def open_page(browser: BrowserContext) -> tuple[Page, list[str]]:
+def open_page(browser: BrowserContext) -> tuple[Page, list[str]]:  # noqa: F811
     """The profile's page, and the list its console errors and uncaught exceptions go to."""
     page = browser.pages[0] if browser.pages else browser.new_page()
     page.set_default_timeout(30_000)
@@ -125,7 +106,7 @@ def tps_of(card: Any) -> str:
 
 
 @pytest.mark.timeout(420)
-def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):
+def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):  # noqa: F811
     a, b = pair
     page, console = open_page(browser)
 
@@ -235,7 +216,7 @@ def all_ready(node: Node, instance_id: str) -> bool:
 
 
 @pytest.mark.timeout(300)
-def test_a_frozen_rank_shows_as_stuck_in_the_timeline(nodes, demo_model, browser, tmp_path):
+def test_a_frozen_rank_shows_as_stuck_in_the_timeline(nodes, demo_model, browser, tmp_path):  # noqa: F811
     """Rank 1 of a Pipeline x2 instance SIGSTOPped mid-stream: the page's timeline says that
     neither rank progresses (rank 0 waits for rank 1 inside the decode step)."""
     config = {**FAST, "heartbeat": {"liveness": 60}}  # the supervisor leaves the frozen runner be meanwhile
@@ -307,7 +288,7 @@ LOGIC = """async () => {
 }"""
 
 
-def test_the_pages_logic_in_the_browser(nodes, browser):
+def test_the_pages_logic_in_the_browser(nodes, browser):  # noqa: F811
     """The page's pure functions, run in Chromium from the modules the node serves: SSE frames,
     what counts as a stuck rank, status labels, byte formatting, and a refused stream's error."""
     node = nodes("solo")

@@ -26,12 +26,11 @@ from pathlib import Path
 
 from skulk.wire import curve
 from skulk.wire.cluster import EventBatch, SnapshotPush
-from tests.integration.cluster import FAST, converged, node_args, state_of
+from tests.integration.cluster import FAST, ask_leader, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import Node, wait_until
 from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json
-from tests.integration.test_cluster_key import ask_leader
 
 CONFIG = {**FAST, "cluster": {**FAST["cluster"], "election_timeout_s": 1.0, "peer_timeout_s": 4.0},
           "node": {"drain_timeout_s": 15}, "children": {"ready_timeout_s": 60}}

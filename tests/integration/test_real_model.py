@@ -201,9 +201,8 @@ def test_split_over_two_nodes_the_real_model_answers_as_one_node(nodes, real_mod
     Pipeline x2 and Tensor x2: the 8 prompts, all at once, give mlx-lm's own answers."""
     import uuid
 
-    from tests.integration.cluster import FAST, converged, node_args
+    from tests.integration.cluster import FAST, converged, node_args, place_and_wait
     from tests.integration.harness import wait_until
-    from tests.integration.test_sharding import place_and_wait
 
     namespace = f"t-{uuid.uuid4().hex[:8]}"
     a = nodes("pa", config=FAST, args=node_args(namespace, []), models={REAL_DIR: real_model})

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from tests.integration import batch_clients as bc
-from tests.integration.cluster import FAST, converged, node_args, state_of
+from tests.integration.cluster import FAST, converged, node_args, place_and_wait, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json, sse_events
@@ -69,24 +69,6 @@ def pair(module_nodes, demo_model, demo_q4, tmp_path_factory):
     b = nodes("b", config=FAST, args=node_args(namespace, [a]), models=extra)
     wait_until(a, lambda: converged([a, b], 2), 30, "formation")
     return a, b
-
-
-def place_and_wait(via, everyone, body) -> tuple[str, float]:
-    t0 = time.monotonic()
-    status, reply = http_json(f"{via.url}/place_instance", body)
-    assert status == 200, reply
-    iid = reply["instance_id"]
-
-    def ready():
-        state = state_of(everyone[0]) or {}
-        inst = state.get("instances", {}).get(iid)
-        if not inst:
-            return None
-        rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
-        return all("RunnerReady" in state["runners"].get(r, {}) for r in rids) and inst
-
-    inst = wait_until(everyone[0], ready, 120, f"instance {body} ready")
-    return iid, time.monotonic() - t0, inst
 
 
 def greedy(node, prompt: str, n: int = 16):

@@ -15,11 +15,11 @@ from skulk.cluster.state import NodeInfo
 from skulk.services.gossip.service import namespace_hash
 from skulk.wire import codec
 from skulk.wire.cluster import PeerHello
+from tests.integration.browser import browser  # noqa: F401 - the fixture
 from tests.integration.cluster import state_of
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import http_json
-from tests.integration.test_dashboard import browser  # noqa: F401 - the fixture
-from tests.unit.test_version_skew import newer_hello
+from tests.unit.builders import newer_hello
 from tools.ports import free_port
 
 

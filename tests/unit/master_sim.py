@@ -2,7 +2,7 @@
 delivered to the others as the service and the network would (a `ToPeer` reaches the
 destination's cluster port, an `Answer` on the cluster channel comes back on the sender's link),
 across the partitions the test sets, with time advanced in 0.1 s steps. Gossip's membership is
-each live node's partition."""
+each live node's partition. `place` asks one node's core to place a model (the demo card)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from skulk.services.master.effects import (
     ToPeers,
 )
 from skulk.wire.cluster import Member, Membership
+from skulk.wire.commands import PlaceInstance
 from skulk.wire.control import AdminVerb
 from skulk.wire.message import Command, Message
-from tests.unit.test_state_and_routing import node
+from tests.unit.builders import CARD, node
 
 WALL0 = 1_000_000.0
 
@@ -197,3 +198,7 @@ class Sim:
             self.step()
         raise AssertionError(f"no single leader after {within_s}s: "
                              f"{[(n, c.election.leader, c.state.session) for n, c in self.cores.items()]}")
+
+
+def place(sim: Sim, name: str, command_id: str, card=CARD) -> None:
+    sim.command(name, PlaceInstance(command_id=command_id, card=card))

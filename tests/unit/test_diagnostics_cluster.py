@@ -23,7 +23,7 @@ from skulk.services.api.observe.diagnostics_cluster import (
 from skulk.services.api.observe.diagnostics_node import NodeFacts, node_diagnostics
 from skulk.services.api.observe.health import REPORT_STALE_S
 from skulk.services.api.observe.runner_view import RING, RunnerView
-from tests.unit.test_diagnostics import GIB, T0, entry, pipeline_state, report, validate
+from tests.unit.diagnostics_builders import GIB, T0, entry, pipeline_state, report, validate
 
 # ---- the cluster views --------------------------------------------------------------------------
 

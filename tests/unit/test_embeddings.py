@@ -34,7 +34,7 @@ from skulk.wire.codec import encode as wire_encode
 from skulk.wire.commands import CommandRejected, PlaceInstance, RejectReason, Routed, TextEmbedding, TextGeneration
 from skulk.wire.inference import Cancel, Embed, Embeddings, Failed, FailReason, Generate
 from skulk.wire.models import ModelCard, ModelTask
-from tests.unit.test_state_and_routing import CARD, base, ids, node, run
+from tests.unit.builders import CARD, base, ids, node, run
 
 EMBED = replace(CARD, model_id="skulk/demo-embed", hidden_size=128, tasks=(ModelTask.TEXT_EMBEDDING.value,))
 

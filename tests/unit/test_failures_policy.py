@@ -21,23 +21,24 @@ from skulk.cluster.state import (
 )
 from skulk.node import exitcodes
 from skulk.services.master.commands import handle, node_lost_events
-from skulk.services.master.failures import (
+from skulk.services.master.recovery import (
     GiveUp,
     OtherEngine,
     RecoveryPolicy,
     Recreate,
     lineage_failures,
+    next_recreation,
     process_ended,
+    runner_failed,
     verdict,
 )
-from skulk.services.master.recovery import next_recreation, runner_failed
 from skulk.services.master.roster import Roster, lost_nodes
 from skulk.supervisor.strategy import should_restart
 from skulk.wire.cluster import Member
 from skulk.wire.codec import decode, encode
 from skulk.wire.commands import INSTANCE_LOST, PlaceInstance
 from skulk.wire.events import ChildLifecycle
-from tests.unit.test_state_and_routing import CARD, PARAMS, base, ids, node, placed, run
+from tests.unit.builders import CARD, PARAMS, base, ids, node, placed, run
 
 POLICY = RecoveryPolicy()
 MEMBER = Member(info=node(), master_endpoint="tcp://127.0.0.1:1")

@@ -14,7 +14,7 @@ from skulk.services.runner.scheduler import Limits
 from skulk.services.runner.tracing import RankTraces
 from skulk.wire.flight import PHASES
 from skulk.wire.inference import Done
-from tests.unit.test_runner_batching import env, gen
+from tests.unit.batcher_driver import env, gen
 
 IDENT = Ident("r1", "i1", "m", "n1", 0, 2)
 

@@ -23,7 +23,7 @@ from skulk.services.api.http.routes import ROUTES
 from skulk.wire.commands import CommandRejected, RejectReason, Reply, Routed, TaskFinished, TextGeneration
 from skulk.wire.inference import Done, Failed, FailReason, Started, TokenChunk
 from skulk.wire.message import Message
-from tests.unit.test_state_and_routing import CARD, placed
+from tests.unit.builders import CARD, placed
 
 MODEL = CARD.model_id
 ENDPOINT = "tcp://127.0.0.1:1"

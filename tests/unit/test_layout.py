@@ -3,7 +3,9 @@ the state's types from `cluster/`, whose events are wire messages); `cluster/` a
 reach into the processes (`services`, `supervisor`), and nothing shipped imports mlx at the top
 of `wire/`, `cluster/` or `node/` (the supervisor and most roles never load it). A role never
 imports another role or the supervisor: what two processes share lives in `node/`, `cluster/`
-or `wire/`, so a role can be read, changed and restarted on its own."""
+or `wire/`, so a role can be read, changed and restarted on its own. The tests import what they
+share from builder modules (`tests/unit/builders.py`, `tests/integration/cluster.py`, ...),
+never from another test module."""
 
 from __future__ import annotations
 
@@ -87,3 +89,23 @@ def imported_fully(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             out.add(node.module)
     return out
+
+
+def test_no_test_module_is_imported_by_another_file():
+    """A test module is a leaf: what several files share lives in a builders module, so a test
+    file can be moved, split or deleted without breaking another file's imports."""
+    wrong = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = "." * node.level + (node.module or "")
+                modules = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            hits = [m for m in modules if m.lstrip(".").split(".")[-1].startswith("test_")
+                    and (m.startswith("tests.") or m.startswith("."))]
+            if hits:
+                wrong.setdefault(str(path.relative_to(ROOT)), []).extend(hits)
+    assert wrong == {}, f"test modules imported by other files (move the shared names to a builders module): {wrong}"

@@ -25,19 +25,17 @@ from skulk.wire.commands import (
     RejectReason,
     RestartNode,
     Routed,
+    SnapshotRequest,
+    StateSnapshot,
     TaskFinished,
     TextGeneration,
 )
 from skulk.wire.control import AdminVerb
 from skulk.wire.events import ChildLifecycle, RunnerReport
-from tests.unit.master_sim import Sim
-from tests.unit.test_state_and_routing import CARD, PARAMS
+from tests.unit.builders import CARD, PARAMS, placed
+from tests.unit.master_sim import Sim, place
 
 OTHER = replace(CARD, model_id="skulk/other")
-
-
-def place(sim: Sim, name: str, command_id: str, card=CARD) -> None:
-    sim.command(name, PlaceInstance(command_id=command_id, card=card))
 
 
 def serving(sim: Sim) -> tuple[str, str]:
@@ -372,3 +370,12 @@ def test_a_restart_the_supervisor_began_itself_is_pending_for_the_api_too():
     assert TellSupervisor(AdminVerb.RESTART) not in out
     (answer,) = [e for e in out if isinstance(e, Answer)]
     assert isinstance(answer.message, CommandRejected) and answer.message.status == 409
+
+
+def test_a_snapshot_request_is_answered_by_this_nodes_master_with_the_whole_state():
+    """The API's replica asks its own master (leader or not): `core.command` answers it."""
+    core = MasterCore(CoreSettings(node_id="a"), lambda: "x", saved=placed()[0])
+    core.boot(Instant(0, 0), wait_s=0)
+    out = core.on_local([b"api", b"s"], SnapshotRequest(command_id="s"), Instant(0.1, 0.1))
+    (answer,) = [e for e in out if isinstance(e, Answer)]
+    assert isinstance(answer.message, StateSnapshot) and answer.message.state == core.state

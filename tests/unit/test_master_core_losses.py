@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 
 from skulk.services.master.core import CoreSettings
 from skulk.wire.commands import DeleteInstance
-from tests.unit.master_sim import Sim
-from tests.unit.test_master_core import place
-from tests.unit.test_state_and_routing import CARD
+from tests.unit.builders import CARD
+from tests.unit.master_sim import Sim, place
 
 
 def test_a_lost_nodes_instance_is_placed_again_on_a_survivor_and_stays_when_the_node_returns():

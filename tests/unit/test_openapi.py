@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from skulk.node.role_args import ApiArgs, ChildArgs
+from skulk.node.role_args import ChildArgs
 from skulk.services.api.dialects import anthropic, completions, embeddings, ollama, responses
 from skulk.services.api.dialects.fields import ApiError, flag
 from skulk.services.api.dialects.openai_chat import CHAT_REQUEST, parse
@@ -29,6 +29,7 @@ from skulk.services.api.http.app import build_app
 from skulk.services.api.http.declare import Deps, Op, Route, RouteMismatch
 from skulk.services.api.http.routes import ROUTES
 from skulk.services.api.links.master_client import MasterUnavailable
+from tests.unit.builders import api_args
 
 
 class NoState:
@@ -70,10 +71,6 @@ def deps(home: Path) -> Deps:
                 generation=Generation(master, runners, replica, "n1"),  # type: ignore[arg-type]
                 child=ChildArgs(child_id="api", title="api", home=home, run_dir=home),  # no supervisor there:
                 api=api_args("n1", home), version="0.0-test")  # GET /metrics leaves its figures out
-
-
-def api_args(node_id: str, home: Path) -> ApiArgs:
-    return ApiArgs(port=0, node_id=node_id, keepalive=10.0, stall_timeout=120.0, config_file=str(home / "skulk.yaml"))
 
 
 @pytest.fixture

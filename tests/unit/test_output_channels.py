@@ -16,7 +16,7 @@ from skulk.services.runner.engine import OutputFormat
 from skulk.services.runner.fake_engine import FakeEngine
 from skulk.services.runner.scheduler import Limits
 from skulk.wire.inference import Done, Generate, TokenChunk
-from tests.unit.test_runner_batching import run
+from tests.unit.batcher_driver import run
 
 
 def _mlx_lm_tool_parser(name: str):

@@ -11,7 +11,7 @@ from skulk.services.api.generate.resume import continuation, recovering, resumab
 from skulk.services.runner.engine import TokenOut
 from skulk.services.runner.sessions import Session
 from skulk.wire.inference import Done, Failed, FailReason, TokenChunk
-from tests.unit.test_state_and_routing import CARD, PARAMS, placed, run
+from tests.unit.builders import CARD, PARAMS, placed, run
 
 
 class CharDetok:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,21 +10,17 @@ import pytest
 from skulk.cluster.placement import GIB, PlacementError, place
 from skulk.cluster.reducer import OutOfOrder, apply
 from skulk.cluster.state import (
-    ChatMessage,
     IndexedEvent,
     InstanceDeleted,
     NodeGatheredInfo,
-    NodeInfo,
     NodeRestarting,
     NodeTimedOut,
     RunnerStatus,
     RunnerStatusUpdated,
     State,
-    TaskParams,
 )
 from skulk.services.master.commands import handle, lost_changes
-from skulk.services.master.failures import RecoveryPolicy
-from skulk.services.master.recovery import next_recreation
+from skulk.services.master.recovery import RecoveryPolicy, next_recreation
 from skulk.services.master.routing import Route, RouteError, route
 from skulk.services.worker.runner_plan import Plan, plan
 from skulk.wire.commands import (
@@ -38,54 +33,12 @@ from skulk.wire.commands import (
     PlaceInstance,
     RejectReason,
     Routed,
-    SnapshotRequest,
-    StateSnapshot,
     TaskCancelled,
     TaskFinished,
     TextGeneration,
 )
 from skulk.wire.inference import FailReason
-from skulk.wire.models import ModelCard
-
-CARD = ModelCard(model_id="skulk/demo-tiny", storage_size_bytes=13_000_000, n_layers=4,
-                 hidden_size=256, num_key_value_heads=2, supports_tensor=True,
-                 context_length=2048, family="qwen2", quantization="float32")
-PARAMS = TaskParams(model="skulk/demo-tiny", messages=(ChatMessage(role="user", content="hi"),),
-                    max_tokens=4)
-
-
-_COUNTER = itertools.count()
-
-
-def ids():
-    return lambda: f"{next(_COUNTER):032x}"
-
-
-def run(state: State, events) -> State:
-    for ev in events:
-        state = apply(state, IndexedEvent(idx=state.last_event_applied_idx + 1, session="s", event=ev))
-    return state
-
-
-def node(node_id="n1", total=16 * GIB, available=12 * GIB) -> NodeInfo:
-    return NodeInfo(node_id=node_id, friendly_name=f"host-{node_id}", skulk_version="t",
-                    ram_total=total, ram_available=available, when=0.0)
-
-
-def base() -> State:
-    return run(State(session="s"), [NodeGatheredInfo(info=node())])
-
-
-def placed(state: State | None = None, ready: bool = True) -> tuple[State, str, str]:
-    state = state or base()
-    out = handle(state, PlaceInstance(command_id="c1", card=CARD), ids(), 0.0)
-    state = run(state, out.events)
-    (iid,) = state.instances
-    (rid,) = state.instances[iid].runner_to_shard
-    if ready:
-        state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(
-            kind="RunnerReady", endpoint="tcp://127.0.0.1:1"))])
-    return state, iid, rid
+from tests.unit.builders import CARD, PARAMS, base, ids, node, placed, run
 
 
 def test_reducer_rejects_out_of_order_events():
@@ -256,12 +209,6 @@ def test_delete_cancels_running_tasks_then_deletes():
     assert handle(state, DeleteInstance(command_id="d2", instance_id="nope"), ids(), 0.0).reply == \
         CommandRejected(command_id="d2", status=404, message="Instance not found",
                         reason=RejectReason.UNKNOWN_INSTANCE)
-
-
-def test_snapshot_carries_the_whole_state():
-    state, *_ = placed()
-    reply = handle(state, SnapshotRequest(command_id="s"), ids(), 0.0).reply
-    assert isinstance(reply, StateSnapshot) and reply.state == state
 
 
 @pytest.mark.parametrize("cmd,status,needle", [

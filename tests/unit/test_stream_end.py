@@ -8,7 +8,7 @@ from dataclasses import replace
 from skulk.cluster.state import DeletionNote, RunnerStatus
 from skulk.services.api.generate.stream_end import maybe_symptom, why_lost
 from skulk.wire.inference import REFUSALS, Failed, FailReason
-from tests.unit.test_state_and_routing import placed
+from tests.unit.builders import placed
 
 ENDPOINT = "tcp://127.0.0.1:1"  # where `placed` says its runner serves
 

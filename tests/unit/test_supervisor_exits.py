@@ -10,7 +10,7 @@ import pytest
 from skulk.node import exitcodes
 from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.spec import SupervisorSpec
-from tests.unit.test_supervisor_tree import World, child, make
+from tests.unit.supervisor_fakes import World, child, make
 
 TERM, INT, HUP, KILL = -signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP, -signal.SIGKILL
 

@@ -28,7 +28,7 @@ from skulk.services.api.observe.trace_views import (
 )
 from skulk.services.janitor.policy import DAY_S, expired_tasks
 from skulk.services.janitor.service import sweep
-from tests.unit.test_openapi import api_args
+from tests.unit.builders import api_args
 
 T0 = 1_700_000_000_000_000  # µs since the epoch
 MODEL = "org/model"

@@ -3,20 +3,14 @@ cannot read refused with both versions named (pure)."""
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 
-from skulk.cluster.state import NodeInfo
 from skulk.services.api.observe.state_json import cluster_warnings
 from skulk.wire import codec
 from skulk.wire.cluster import PeerHello
 from skulk.wire.errors import UnknownMessage
 from skulk.wire.version import peer_versions, skew_refusal
-
-
-def info(node_id: str, version: str) -> NodeInfo:
-    return NodeInfo(node_id=node_id, friendly_name=f"mac-{node_id}", skulk_version=version, ram_total=1,
-                    ram_available=1, when=0.0)
+from tests.unit.builders import info, newer_hello
 
 
 def test_one_version_is_quiet_two_are_a_warning_naming_each():
@@ -24,13 +18,6 @@ def test_one_version_is_quiet_two_are_a_warning_naming_each():
     (w,) = cluster_warnings({"a": info("a", "0.4.0"), "b": info("b", "0.3.9"), "c": info("c", "0.4.0")})
     assert w["code"] == "version_mismatch" and w["versions"] == {"0.3.9": ["mac-b"], "0.4.0": ["mac-a", "mac-c"]}
     assert "0.3.9 on mac-b; 0.4.0 on mac-a, mac-c" in w["message"]
-
-
-def newer_hello(version: str = "9.9.9") -> bytes:
-    hello = PeerHello(namespace="n", info=info("zz", version), gossip_port=1, master_port=2)
-    env = msgpack.unpackb(codec.encode(hello), raw=False)
-    env["v"] = PeerHello.VERSION + 1  # a protocol this build does not know
-    return msgpack.packb(env, use_bin_type=True)
 
 
 def test_a_hello_from_a_newer_protocol_is_refused_with_both_versions():

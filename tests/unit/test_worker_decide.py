@@ -7,7 +7,7 @@ from dataclasses import replace
 from skulk.cluster.state import RunnerStatus, RunnerStatusUpdated
 from skulk.node.staged import in_use_here
 from skulk.services.worker.decide import Waiting, eviction_due, plan_staging, waiting
-from tests.unit.test_state_and_routing import placed, run
+from tests.unit.builders import placed, run
 
 MODEL = "skulk/demo-tiny"
 
