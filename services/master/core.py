@@ -30,7 +30,7 @@ from skulk.services.master.effects import (
 from skulk.services.master.election import BOOT_WAIT_S, Action, BecomeLeader, Broadcast, Election, Follow
 from skulk.services.master.follower import Follower
 from skulk.services.master.leader import Leader
-from skulk.services.master.own_node import OwnNode, Restart
+from skulk.services.master.own_node import OwnNode
 from skulk.services.master.recovery import RecoveryPolicy
 from skulk.services.master.shared import Shared, Turn
 from skulk.wire.cluster import (
@@ -213,12 +213,7 @@ class MasterCore:
         """The supervisor could not take `verb` yet (its queue is full): `drained` is told again
         at the next tick; a restart is forgotten, so the operator's next request asks again
         instead of a 409 for a restart that is not coming."""
-        if verb is AdminVerb.DRAINED:
-            if self.own.restart is Restart.DRAINED:
-                self.own.restart = Restart.DRAINING
-        elif self.own.restart is Restart.ASKED:
-            log.warning("could not ask this node's supervisor to restart (its queue is full); not restarting")
-            self.own.restart = Restart.NONE
+        self.own.supervisor_missed(verb)
 
     # -- what the service asks ---------------------------------------------------------------
     def to_save(self) -> State | None:

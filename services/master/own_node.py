@@ -160,6 +160,16 @@ class OwnNode:
             turn.out.append(TellSupervisor(AdminVerb.DRAINED))
             self.restart = Restart.DRAINED
 
+    def supervisor_missed(self, verb: AdminVerb) -> None:
+        """The supervisor could not take `verb`: `drained` is told again at the next tick; a
+        restart is forgotten (the operator's next request asks again, not a 409)."""
+        if verb is AdminVerb.DRAINED:
+            if self.restart is Restart.DRAINED:
+                self.restart = Restart.DRAINING
+        elif self.restart is Restart.ASKED:
+            log.warning("could not ask this node's supervisor to restart (its queue is full); not restarting")
+            self.restart = Restart.NONE
+
     def back_from_restart(self, turn: Turn) -> None:
         """The new image clears its node's restart mark (routing and the runner plan wait for it)."""
         if self.s.node_id in self.s.state.restarting and not self.restart.leaving:
