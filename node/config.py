@@ -90,6 +90,7 @@ class NodeConfig:
     quantized: str = "auto"  # a quantized model on a GPU: auto (the faster of it and bf16) | keep | dequantize
     engine: str = "auto"  # the engines this node's runners may use: auto (every one installed) | mlx | llama_cpp
     threads: int = 0  # llama.cpp's compute threads per runner (0: one per core it may run on)
+    accel: str = ""  # SKULK_ACCEL=cpu|cuda: the accelerator forced ("": mlx's choice); given to gossip and runners
     spec_mode: str = ""  # speculative decoding: off | prompt_lookup | drafter ("": as the model's card says)
     spec_drafter: str = ""  # drafter mode: the drafter's model id ("": the one the model's card names)
     spec_draft_tokens: int = 4
@@ -182,6 +183,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_TRACING_ENABLED": ("tracing_enabled", bool),  # upstream: the initial cluster tracing state
     "SKULK_CLUSTER_KEY_FILE": ("cluster_key_file", str),  # wire/curve.py: every TCP socket secured
     "SKULK_MAX_OUTPUT_TOKENS": ("api_max_output_tokens", int),  # api.max_output_tokens
+    "SKULK_ACCEL": ("accel", str),  # as `make` reads it: cpu keeps mlx on the CPU (wire/accelerator.py)
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 

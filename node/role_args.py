@@ -35,6 +35,7 @@ class ChildArgs(Argv):
     run_dir: Path
     heartbeat_s: float = 1.0
     log: LogSettings = prefixed("log-", LogSettings())
+    key_file: str = ""  # the cluster key every TCP socket is secured with (`wire/curve.py`); "": open
 
     @classmethod
     def split(cls, argv: list[str]) -> tuple[Self, list[str]]:
@@ -80,6 +81,7 @@ class GossipArgs(Argv):
     version: str = "0"
     api_port: int = 0  # advertised so peers can fan out to this node's API
     engine: str = "auto"  # runner.engine: which installed engines the node offers (`wire/engines.py`)
+    accel: str = ""  # SKULK_ACCEL: the accelerator forced (`wire/accelerator.py`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +165,7 @@ class RunnerSettings(Argv):
     spec_max_streams: int = 1
     spec_drafter: str = ""
     threads: int = 0  # llama.cpp's compute threads (0: one per core)
+    accel: str = ""  # SKULK_ACCEL: the accelerator forced (`wire/accelerator.py`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -57,7 +58,8 @@ class ChildRuntime:
         self.started = time.monotonic()
         setproctitle(f"skulk: {args.title}")
         logsetup.setup(args.child_id, args.home / "logs", settings=args.log)
-        curve.configure_from_env()  # the supervisor checked the key file; TCP sockets use it
+        # the supervisor checked the key file; TCP sockets use it
+        curve.configure(curve.load_key_file(Path(args.key_file)) if args.key_file else None)
         self.parent_pid = int(os.environ.get("SKULK_PARENT_PID", os.getppid()))
         die_with_parent()
         self.ctx = ctx or zmq.Context.instance()

@@ -59,7 +59,7 @@ def child_argv(spec: ChildSpec, child_id: str, home: Path, run_dir: Path,
     """The command line of one child: what every child gets (`ChildArgs`), then its role's."""
     title = spec.title if child_id == spec.id else f"{spec.title} {child_id}"
     shared = ChildArgs(child_id=child_id, title=title, home=home, run_dir=run_dir,
-                       heartbeat_s=spec.heartbeat_s, log=spec.log)
+                       heartbeat_s=spec.heartbeat_s, log=spec.log, key_file=spec.key_file)
     return [sys.executable, "-m", spec.module, *shared.to_argv(), *spec.args, *extra_args]
 
 

@@ -68,12 +68,10 @@ def secure_children(cfg: NodeConfig) -> None:
     """Every child secures its TCP sockets with the cluster key (`wire/curve.py`); without one a
     node on a non-loopback address is open to anyone who reaches it, and says so."""
     if cfg.cluster_key_file:
-        path = Path(cfg.cluster_key_file).expanduser().resolve()
-        os.environ[curve.KEY_FILE_ENV] = str(path)
+        path = Path(cfg.cluster_key_file).expanduser().resolve()  # each child gets it (`tree.key_file`)
         log.info("cluster sockets secured with CurveZMQ (key file %s, %d key(s))", path,
                  len(curve.load_key_file(path).keys))
         return
-    os.environ.pop(curve.KEY_FILE_ENV, None)
     if not is_loopback(cfg.listen):
         log.warning("OPEN CLUSTER: listening on %s without a cluster key: anyone who reaches this "
                     "node's ports can join its cluster, read its events and send it commands; "

@@ -25,6 +25,7 @@ class ChildSpec:
     title: str
     args: tuple[str, ...] = ()  # the role's own (`role_args.py`), after the `ChildArgs` every child gets
     log: LogSettings = LogSettings()
+    key_file: str = ""  # the cluster key file (resolved), given to the child as `ChildArgs.key_file`
     restart: Restart = "permanent"
     shutdown_s: float = 5.0
     ready_timeout_s: float = 15.0

@@ -65,7 +65,7 @@ def role_settings(cfg: NodeConfig, role: str, node_id: str, started: float = 0.0
                           node_id=node_id, node_name=cfg.node_name, derived_name=cfg.derived_name, started=started,
                           namespace=cfg.namespace, peers=cfg.bootstrap_peers, peer_timeout=cfg.peer_timeout_s,
                           discovery_port=cfg.discovery_port, version=skulk_version(), api_port=cfg.api_port,
-                          engine=cfg.engine)
+                          engine=cfg.engine, accel=cfg.accel)
     if role == "master":
         return MasterArgs(listen=cfg.listen, port=cfg.cluster_port + 1, node_id=node_id,
                           election_timeout=cfg.election_timeout_s, recreate_backoff=cfg.recreate_backoff_s,
@@ -98,7 +98,7 @@ def runner_settings(cfg: NodeConfig) -> RunnerSettings:
                           max_batch=cfg.max_batch, queue_max=cfg.queue_max, prefill_chunk=cfg.prefill_chunk,
                           prefix_cache_mb=cfg.prefix_cache_mb, quantized=cfg.quantized, spec_mode=cfg.spec_mode,
                           spec_draft_tokens=cfg.spec_draft_tokens, spec_max_streams=cfg.spec_max_streams,
-                          spec_drafter=cfg.spec_drafter, threads=cfg.threads)
+                          spec_drafter=cfg.spec_drafter, threads=cfg.threads, accel=cfg.accel)
 
 
 def log_settings(cfg: NodeConfig) -> LogSettings:
@@ -106,18 +106,26 @@ def log_settings(cfg: NodeConfig) -> LogSettings:
     return LogSettings(json=cfg.log_json, node=cfg.node_name, file_mb=cfg.log_file_mb, files=cfg.log_files)
 
 
+def key_file(cfg: NodeConfig) -> str:
+    """The cluster key file as every child is given it (resolved: a child's working directory
+    is not the operator's); "" for an open cluster."""
+    return str(Path(cfg.cluster_key_file).expanduser().resolve()) if cfg.cluster_key_file else ""
+
+
 def build_tree(cfg: NodeConfig, node_id: str, started: float = 0.0) -> SupervisorSpec:
     logs = log_settings(cfg)
+    key = key_file(cfg)
 
     def child(role: str) -> ChildSpec:
         return ChildSpec(id=role, module=f"skulk.services.{role}", title=role,
-                         args=role_args(cfg, role, node_id, started), log=logs, restart="permanent",
+                         args=role_args(cfg, role, node_id, started), log=logs, key_file=key,
+                         restart="permanent",
                          shutdown_s=cfg.shutdown_s, ready_timeout_s=cfg.ready_timeout_s,
                          heartbeat_s=max(cfg.heartbeat_s, GUNICORN_TICK_S) if role == "api"
                          else cfg.heartbeat_s, liveness=cfg.liveness)
 
     runner = ChildSpec(id="runner", module=RUNNER_MODULE, title="runner",
-                       args=runner_settings(cfg).to_argv(), log=logs,
+                       args=runner_settings(cfg).to_argv(), log=logs, key_file=key,
                        # never restarted here: the leader deletes a failed runner's instance
                        # (stopping its other ranks) and re-creates it with back-off
                        restart="temporary", shutdown_s=min(cfg.shutdown_s, RUNNER_SHUTDOWN_S),

@@ -69,9 +69,11 @@ def quantized(model_dir: Path) -> bool:
 def baseline_dir(model_dir: Path, root: Path, as_stored: bool = False) -> Path:
     """`model_dir` itself, or (quantized, on the CPU) an fp32 dequantized copy of the same name
     (mlx-lm's converter casts before it dequantizes: two passes, the second to fp32)."""
+    import os
+
     from skulk.wire.accelerator import gather
 
-    if as_stored or not quantized(model_dir) or gather().kind != "cpu":
+    if as_stored or not quantized(model_dir) or gather(forced=os.environ.get("SKULK_ACCEL", "")).kind != "cpu":
         return model_dir
     half = root / "dequantized" / model_dir.name
     out = root / "baseline-fp32" / model_dir.name

@@ -100,11 +100,11 @@ def _cpu_name(system: str) -> str:
 
 
 @cache
-def gather(ram_bytes: int = 0) -> Accelerator:
-    """This machine's accelerator (read once per process: nvidia-smi is not asked every beat)."""
+def gather(ram_bytes: int = 0, forced: str = "") -> Accelerator:
+    """This machine's accelerator (read once per process: nvidia-smi is not asked every beat);
+    `forced`: the node's `SKULK_ACCEL` (cpu|cuda), given to the role as an argument."""
     system, machine = platform.system(), platform.machine()
     cuda_package = _package("mlx-cuda")
-    forced = os.environ.get("SKULK_ACCEL", "")
     gpus = _nvidia_gpus() if system == "Linux" and (cuda_package or forced.strip().lower() == "cuda"
                                                    or os.path.exists("/proc/driver/nvidia/version")) else []
     return choose(forced, system, machine, cuda_package, gpus, _cpu_name(system), ram_bytes, _package("mlx-cpu"))

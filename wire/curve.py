@@ -3,8 +3,8 @@ inject.
 
 The cluster key file (`skulk cluster keygen --out FILE`) holds CURVE keypairs: the first is
 `current`, the others are `accepted`. Every TCP socket a process makes (`wire.sockets.
-make_socket`) is secured here when the process was given a key file (`SKULK_CLUSTER_KEY_FILE`,
-set by the supervisor from `cluster.key_file`): a ROUTER that binds is a CURVE server with the
+make_socket`) is secured here when the process was given a key file (`ChildArgs.key_file`,
+from the node's `cluster.key_file`): a ROUTER that binds is a CURVE server with the
 current keypair, and a ZAP handler admits only clients whose long-term key is one of the file's
 (a CURVE client proves it holds the secret of the key it presents); a socket that connects is a
 CURVE client with the current keypair. Node-local IPC sockets are never secured (the node's
@@ -37,7 +37,6 @@ from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger("skulk.curve")
 
-KEY_FILE_ENV = "SKULK_CLUSTER_KEY_FILE"
 KEY_FILE_VERSION = 1
 ZAP_DOMAIN = "skulk"
 MAX_REMEMBERED = 1024
@@ -126,12 +125,6 @@ def configure(keys: ClusterKeys | None) -> None:
     """This process's cluster keys (None: sockets stay open, as on a loopback-only node)."""
     global _active
     _active = keys
-
-
-def configure_from_env() -> None:
-    """At process start: the key file the supervisor passed, if any (a bad one stops the process)."""
-    path = os.environ.get(KEY_FILE_ENV, "")
-    configure(load_key_file(Path(path)) if path else None)
 
 
 def active() -> ClusterKeys | None:

@@ -148,7 +148,8 @@ class Gossip:
                         ram_available=int(mem.available), when=time.time(),
                         addresses=self.addresses, disk_total=int(disk.total),
                         disk_available=int(disk.free), api_port=self.args.api_port,
-                        event_log_mode=mode, event_log_reason=reason, accelerator=gather(int(mem.total)),
+                        event_log_mode=mode, event_log_reason=reason,
+                        accelerator=gather(int(mem.total), self.args.accel),
                         engines=engines_here(self.args.engine))
 
     def hello(self) -> None:
@@ -366,7 +367,7 @@ class Gossip:
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
     args = GossipArgs.from_argv(argv)
-    gather(int(psutil.virtual_memory().total))  # before ready: nvidia-smi (up to 5 s) never inside a beat
+    gather(int(psutil.virtual_memory().total), args.accel)  # before ready: nvidia-smi (up to 5 s) never inside a beat
     gossip = Gossip(loop, args)
     loop.add_reader(gossip.router, gossip.on_frame)
     loop.every(HELLO_INTERVAL_S, gossip.hello, first_in=0.0)

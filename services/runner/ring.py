@@ -58,13 +58,13 @@ def connect_group(ring: Ring) -> Any:
         return mx.distributed.init(backend="ring", strict=True)
 
 
-def use_device() -> str:
-    """Point mlx at the device this node was set to use (`SKULK_ACCEL=cpu` keeps a GPU machine on
+def use_device(accel: str = "") -> str:
+    """Point mlx at the device this node was set to use (`accel`: the node's `SKULK_ACCEL`; cpu keeps a GPU machine on
     the CPU) and say which it is, for the runner's log."""
     import mlx.core as mx
 
-    acc = gather()
-    if os.environ.get("SKULK_ACCEL", "").strip().lower() == "cpu":
+    acc = gather(forced=accel)
+    if accel.strip().lower() == "cpu":
         mx.set_default_device(mx.cpu)
     if mx.default_device() == mx.cpu:
         return f"CPU ({acc.name})" + (f"; {acc.note}" if acc.note else "")

@@ -157,7 +157,7 @@ class Runner:
             self.observer.enter(Phase.CONNECT_GROUP, f"{self.ring.sharding} over {len(self.ring.hosts)} hosts")
         self.observer.enter(Phase.LOAD_MODEL, self.place.model_id)
         if isinstance(self.engine, MlxBatchEngine) or self.embedder is not None:
-            log.info("device: %s", use_device())
+            log.info("device: %s", use_device(self.settings.accel))
         self.engine.load()
         log.info("loaded %s in %.2fs; engine path: %s; BLAS: %s; batch %d, queue %d", self.place.model_id,
                  time.monotonic() - t0, self.engine.path,

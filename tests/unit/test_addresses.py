@@ -12,7 +12,6 @@ from skulk.node import config
 from skulk.node.addresses import is_loopback, plain_address
 from skulk.services.api.http.auth import AuthMiddleware, Policy
 from skulk.supervisor.node import secure_children
-from skulk.wire import curve
 
 LOOPBACK = ("127.0.0.1", "127.9.9.9", "::1", "::1%lo", "::ffff:127.0.0.1", "::ffff:127.1.2.3", "localhost")
 NOT_LOOPBACK = ("0.0.0.0", "::", "192.168.1.2", "::ffff:10.0.0.1", "fe80::1%eth0", "10.0.0.1", "",
@@ -36,7 +35,6 @@ def test_a_mapped_address_reads_as_its_ipv4_address():
 
 
 def open_cluster_warned(tmp_path, monkeypatch, caplog, listen: str) -> bool:
-    monkeypatch.delenv(curve.KEY_FILE_ENV, raising=False)
     cfg = replace(config.load(home=tmp_path, env={}), listen=listen, cluster_key_file="")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="skulk"):

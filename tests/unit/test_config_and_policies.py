@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from skulk.node import config
-from skulk.node.role_args import ApiArgs
+from skulk.node.role_args import ApiArgs, ChildArgs
 from skulk.services.faults import parse
+from skulk.supervisor.child import child_argv
 from skulk.supervisor.tree import ROLES, build_tree, role_settings
+from skulk.wire import curve
 
 
 def test_defaults(tmp_path: Path):
@@ -85,3 +88,19 @@ def test_fault_spec_parsing():
     with pytest.raises(ValueError):
         parse("runner=crash")
 
+
+
+def test_every_child_is_given_the_cluster_key_as_its_argument_not_through_the_environment(tmp_path: Path):
+    key = tmp_path / "cluster.key"
+    curve.write_key_file(key, curve.keygen())
+    cfg = config.load(home=tmp_path, env={"SKULK_CLUSTER_KEY_FILE": str(key)})
+    tree = build_tree(cfg, "n1")
+    specs = [c for c in tree.children if not hasattr(c, "children")]
+    runners = next(c for c in tree.children if hasattr(c, "children"))
+    assert {c.key_file for c in specs} == {str(key.resolve())}
+    assert runners.template is not None and runners.template.key_file == str(key.resolve())
+    argv = child_argv(specs[0], specs[0].id, tmp_path, tmp_path)
+    args, _rest = ChildArgs.split(argv[3:])
+    assert args.key_file == str(key.resolve())
+    open_tree = build_tree(replace(cfg, cluster_key_file=""), "n1")
+    assert {c.key_file for c in open_tree.children if not hasattr(c, "children")} == {""}
