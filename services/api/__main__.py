@@ -118,7 +118,7 @@ class ApiApplication(BaseApplication):
         self.settings = {
             "bind": [f"fd://{sock.fileno()}"],
             # gthread, with gunicorn's own 400/414/431 answers in the error envelope (worker.py)
-            "worker_class": "skulk.services.api.http.worker.EnvelopeWorker",
+            "worker_class": "skulk.services.api.http.gunicorn_worker.EnvelopeWorker",
             "workers": api.workers,
             "threads": api.threads,
             "graceful_timeout": max(1, int(graceful_s)),

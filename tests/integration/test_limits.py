@@ -2,7 +2,7 @@
 `api.max_body_mb` is a 413 (declared or chunked), more than `api.max_messages` messages a 400,
 `max_tokens` or a prompt beyond the model's context a 400, an oversized request line or header
 a 414/431 at once (no hang) and a malformed request a 400, in the error envelope though gunicorn
-answers them itself (`services/api/http/worker.py`), never echoing a key; concurrent generations per
+answers them itself (`services/api/http/gunicorn_worker.py`), never echoing a key; concurrent generations per
 key are counted across the API's two workers (429 with Retry-After beyond
 `api.max_streams_per_key`); and a client that sends a streaming request and never reads has its
 generation cancelled at the runner within `api.write_timeout_s` of its buffers filling: the

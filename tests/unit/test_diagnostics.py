@@ -9,6 +9,7 @@ import falcon
 import pytest
 
 from skulk.cluster.state import RunnerStatus, Task, TaskParams
+from skulk.services.api.links.bus_feed import RECORD_MAX_BYTES, recv_bounded
 from skulk.services.api.observe import diagnostics_host as host
 from skulk.services.api.observe.diagnostics import plan_cancel
 from skulk.services.api.observe.diagnostics_node import NODE_DIAGNOSTICS, NodeFacts, node_diagnostics
@@ -24,11 +25,9 @@ from skulk.services.api.observe.health import REPORT_STALE_S, busy
 from skulk.services.api.observe.runner_view import (
     FORGET_AFTER_S,
     MAX_RUNNERS,
-    RECORD_MAX_BYTES,
     REMEMBER_NODE_S,
     RING,
     RunnerView,
-    recv_bounded,
 )
 from skulk.wire.cluster import Member, Membership
 from skulk.wire.events import RunnerReport

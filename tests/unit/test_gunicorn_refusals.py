@@ -1,5 +1,5 @@
 """What the API's gunicorn worker answers for a request gunicorn refuses while parsing it
-(`services/api/http/worker.py`): the exceptions come from gunicorn's own parser fed real bytes (so a
+(`services/api/http/gunicorn_worker.py`): the exceptions come from gunicorn's own parser fed real bytes (so a
 gunicorn that words its limits differently fails here), each maps to its status and a message
 naming the limit, the answer is a whole HTTP response carrying the envelope, and nothing the
 client sent (a key in a malformed header line) is ever echoed or logged; a chunked body gunicorn
@@ -20,8 +20,8 @@ from gunicorn.http import errors as g
 from gunicorn.http.parser import RequestParser
 
 from skulk.services.api.http.errors import handle_unexpected, serialize_error
+from skulk.services.api.http.gunicorn_worker import EnvelopeWorker, refusal, response
 from skulk.services.api.http.limits import HEADER_LIMITS
-from skulk.services.api.http.worker import EnvelopeWorker, refusal, response
 
 SECRET = "sk-never-echo-0123456789abcdef"
 

@@ -30,10 +30,10 @@ from skulk.node import logctx
 from skulk.node.metrics import INTERNAL_ERROR
 from skulk.node.trace_files import now_us
 from skulk.services.api.generate import resume
-from skulk.services.api.generate.event_record import EventRecorder
 from skulk.services.api.generate.metering import ApiShape, StreamMeter
 from skulk.services.api.generate.request_trace import RequestTrace
 from skulk.services.api.generate.timing import KeepAlive, StreamTiming
+from skulk.services.api.links.event_log import EventRecorder
 from skulk.services.api.links.master_client import THROUGH_FAILOVER, MasterClient, MasterUnavailable
 from skulk.services.api.links.runner_link import RunnerLink
 from skulk.wire.commands import (

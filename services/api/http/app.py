@@ -16,7 +16,6 @@ from skulk.cluster.replica import StateReplica
 from skulk.node.api_keys import ApiKey
 from skulk.node.model_store import ModelStoreConfig
 from skulk.node.role_args import ApiArgs, ChildArgs
-from skulk.services.api.generate.event_record import EventRecorder
 from skulk.services.api.generate.generation import Generation
 from skulk.services.api.generate.timing import StreamTiming
 from skulk.services.api.http.auth import AuthMiddleware, Policy
@@ -25,6 +24,7 @@ from skulk.services.api.http.errors import handle_unexpected, serialize_error
 from skulk.services.api.http.limits import LimitsMiddleware
 from skulk.services.api.http.request_body import DrainMiddleware
 from skulk.services.api.http.routes import ROUTES
+from skulk.services.api.links.event_log import EventRecorder
 from skulk.services.api.links.master_client import MasterClient
 from skulk.services.api.links.runner_link import RunnerLink
 from skulk.services.api.observe.diagnostics_runners import placed_here
@@ -44,7 +44,7 @@ def create_app(child: ChildArgs, api: ApiArgs, keys: tuple[ApiKey, ...] = (),
     runners = RunnerLink(replica, StreamTiming.of(api))
     generation = Generation(master, runners, replica, api.node_id, max_output_tokens=api.max_output_tokens)
     generation.home = child.home  # traced requests' spans (`request_trace.py`)
-    generation.events = EventRecorder(child.run_dir)  # chunks and requests in the event log (`event_record.py`)
+    generation.events = EventRecorder(child.run_dir)  # chunks and requests in the event log (`links/event_log.py`)
     return build_app(Deps(replica=replica, master=master, runners=runners, generation=generation, child=child,
                           api=api, version=skulk_version(), store=store, staging_root=staging_root,
                           runner_view=view, keys=keys, limits=limits or Limits()))

@@ -81,11 +81,11 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exception
                       params: dict[str, Any]) -> None:
     """Any uncaught exception becomes a 500 in the envelope, never an HTML page or a hang; but a
     body gunicorn refuses while the app reads it (a malformed chunked body) is the client's 400,
-    as gunicorn's refusals before the app are (`worker.py`), and quotes none of its bytes."""
+    as gunicorn's refusals before the app are (`gunicorn_worker.py`), and quotes none of its bytes."""
     if isinstance(exc, falcon.HTTPError):
         raise exc
-    from skulk.services.api.http.limits import HEADER_LIMITS  # here: worker.py imports this module
-    from skulk.services.api.http.worker import refusal
+    from skulk.services.api.http.gunicorn_worker import refusal  # here: that module imports this one
+    from skulk.services.api.http.limits import HEADER_LIMITS
     refused = refusal(exc, HEADER_LIMITS)
     if refused is not None:
         raise falcon.HTTPError(refused[0], description=refused[1])

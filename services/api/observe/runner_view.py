@@ -23,23 +23,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import zmq
 
 from skulk.cluster.state import NodeInfo
-from skulk.wire import codec, endpoints
+from skulk.services.api.links import bus_feed
 from skulk.wire.cluster import Membership
-from skulk.wire.errors import MalformedFrame
 from skulk.wire.events import ChildLifecycle, LifecycleEvent, RunnerReport
 from skulk.wire.flight import FlightEntry
-from skulk.wire.message import Message
-from skulk.wire.sockets import drain, make_socket
 from skulk.wire.topics import EVT_CLUSTER, EVT_FLIGHT, EVT_RUNNER, EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.api.runner_view")
@@ -58,19 +51,6 @@ this view by hundreds of MiB in a 10-minute fuzz run before the time-based forge
 up. Past the bound, the runner heard from longest ago makes room (a real one is back at its
 next report, within a second)."""
 MAX_NODES = 1024
-VIEW_HWM = 10_000
-"""Bus messages queued for this view at most: reports every 2 s and at most a few flight entries
-a second per runner need far fewer; it was 100,000, and a local process publishing 8 MiB frames
-under the view's topics queued hundreds of MiB in the API worker."""
-VIEW_MAX_FRAME = 1024 * 1024
-"""A membership of a large cluster fits; a larger frame makes zmq drop the connection (and
-reconnect) instead of queueing it."""
-RECORD_MAX_BYTES = 16 * 1024
-"""A runner's report is a few hundred bytes (its error message can be longer); a larger one is
-not kept."""
-ENTRY_MAX_BYTES = 2 * 1024
-"""A flight entry is ~200 bytes; the ring holds `RING` of them per runner, so at most
-`MAX_RUNNERS * RING * ENTRY_MAX_BYTES` (64 MiB) whatever the bus brings."""
 NODE = "node"
 """The root supervisor's `ChildLifecycle.child_id` for the whole node (restarting, stopping)."""
 
@@ -162,40 +142,9 @@ class RunnerView:
         with self._lock:
             return dict(self._nodes)
 
-    # ---- the bus thread -------------------------------------------------------------------------
+    # ---- fed from the bus ----------------------------------------------------------------------
     def start(self, run_dir: Path) -> RunnerView:
-        self._thread = threading.Thread(target=self._run, args=(run_dir,), name="runner-view", daemon=True)
-        self._thread.start()
+        """Follow this node's bus on a daemon thread (`links/bus_feed.py`)."""
+        topics = (EVT_RUNNER.prefix, EVT_FLIGHT.prefix, EVT_CLUSTER.prefix, EVT_SUPERVISOR.prefix + NODE.encode())
+        self._thread = bus_feed.follow(run_dir, topics, self.on_message, self.prune, PRUNE_EVERY_S, "runner-view")
         return self
-
-    def _run(self, run_dir: Path) -> None:
-        ctx: zmq.Context[Any] = zmq.Context.instance()
-        sub = make_socket(ctx, zmq.SUB, hwm=VIEW_HWM, max_msg_bytes=VIEW_MAX_FRAME, connect=endpoints.bus_out(run_dir),
-                          subscribe=(EVT_RUNNER.prefix, EVT_FLIGHT.prefix, EVT_CLUSTER.prefix,
-                                     EVT_SUPERVISOR.prefix + NODE.encode()))
-        prune_at = time.monotonic() + PRUNE_EVERY_S
-        while True:
-            try:
-                ready = sub.poll(max(1, int((prune_at - time.monotonic()) * 1000)), zmq.POLLIN)
-            except zmq.ContextTerminated:  # the process is stopping
-                return
-            if ready:
-                for _topic, msg in drain(sub, recv_bounded):
-                    self.on_message(msg, time.time())
-            if time.monotonic() >= prune_at:
-                prune_at = time.monotonic() + PRUNE_EVERY_S
-                self.prune(time.time())
-
-
-def recv_bounded(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[bytes, Message]:
-    """`recv_published`, refusing a runner report over `RECORD_MAX_BYTES` or a flight entry over
-    `ENTRY_MAX_BYTES` before decoding it (`drain` logs it once per sender, then counts)."""
-    frames = sock.recv_multipart(flags)
-    if len(frames) == 2:
-        limit = RECORD_MAX_BYTES if frames[0].startswith(EVT_RUNNER.prefix) \
-            else ENTRY_MAX_BYTES if frames[0].startswith(EVT_FLIGHT.prefix) else None
-        if limit is not None and len(frames[1]) > limit:
-            raise MalformedFrame(f"a runner record of {len(frames[1])} bytes (at most {limit})")
-    if len(frames) != 2:
-        raise MalformedFrame(f"expected [topic, payload], got {len(frames)} frames")
-    return frames[0], codec.decode(frames[1])
