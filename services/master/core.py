@@ -89,7 +89,7 @@ class MasterCore:
         self.leader = Leader(self.s, RecoveryPolicy(backoff_s=settings.recreate_backoff_s,
                                                           replace_lost_after_s=settings.replace_lost_after_s))
         self.follower = Follower(self.s)
-        self.own = OwnNode(self.s, self.leader, settings.drain_timeout_s)
+        self.own = OwnNode(self.s, self.leader.index_fact, settings.drain_timeout_s)
         if own_catalog is not None:
             self.own.catalog[catalog_key(own_catalog)] = own_catalog
         self.boot_places = list(settings.place)

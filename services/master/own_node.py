@@ -7,13 +7,14 @@ Pure: it only appends effects to the `Turn` it is given. Its restart is one `Res
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from enum import Enum
 
 from skulk.cluster.catalog import CatalogReport, NodeCatalogUpdated, catalog_key
 from skulk.cluster.state import RESTART_GRACE_S, NodeRestarting, RunnerStatus, RunnerStatusUpdated
 from skulk.services.master.drain import DrainWait, Pending, pending
 from skulk.services.master.effects import TellSupervisor
-from skulk.services.master.leader import Leader, OwnFact
+from skulk.services.master.leader import OwnFact
 from skulk.services.master.recovery import process_ended
 from skulk.services.master.shared import Shared, Turn
 from skulk.wire.cluster import LocalEvent
@@ -41,8 +42,10 @@ class Restart(Enum):
 
 
 class OwnNode:
-    def __init__(self, shared: Shared, leader: Leader, drain_timeout_s: float) -> None:
-        self.s, self.leader, self.drain_timeout_s = shared, leader, drain_timeout_s
+    def __init__(self, shared: Shared, index: Callable[[Turn, OwnFact], None], drain_timeout_s: float) -> None:
+        """`index`: how a fact is indexed when this node leads (the leader's `index_fact`: this
+        part knows what to say, not who records it)."""
+        self.s, self.index, self.drain_timeout_s = shared, index, drain_timeout_s
         self.runners: dict[str, RunnerStatus] = {}
         self.downloads: dict[str, DownloadProgress] = {}
         self.catalog: dict[str, NodeCatalogUpdated] = {}
@@ -101,7 +104,7 @@ class OwnNode:
         """Indexed if we lead, else a `LocalEvent` to the leader."""
         s = self.s
         if s.leading:
-            self.leader.index_fact(turn, event)
+            self.index(turn, event)
         else:
             s.to_leader(turn, LocalEvent(node_id=s.node_id, event=event))
 
