@@ -1,6 +1,6 @@
 """Chaos soak: 3 real nodes on loopback, concurrent streaming clients, random faults.
 
-    python -m tools.chaos --seconds 600 [--nodes 3] [--clients 6] [--seed N]
+    python -m tools.chaos --seconds 600 [--nodes 3] [--clients 6] [--seed N] [--replicas]
 
 Each node runs `skulk run` with its own home, ports and process group; the demo model is placed
 as one single-node instance per node plus a Pipeline across two nodes. Clients stream chat
@@ -11,6 +11,12 @@ soak waits, under a deadline, until the cluster has converged: the nodes it had 
 back, every node's `/state` names the same master and members, the layout is restored (an
 instance lost with its node is placed again, as an operator would), the state's instances and
 runners agree with the processes that exist, and every node serves a request.
+
+`--replicas` (4 nodes by default): the model as single-node instances on two of the nodes, and
+only node kills (`SIGKILL` of a serving node's whole tree); the soak never places anything after
+the start, the leader places a lost replica again (`placement.replace_lost`), and the promise is
+stronger: a stream whose instance is lost goes on on the surviving replica (`api.resume`), so no
+request may end in an error except one whose own API node was the one killed.
 
 Pass criteria (printed at the end; exit 0 only when all hold, see `chaos_checks.judge`): every
 request got its tokens or a retryable error (500/503 in the envelope, an SSE error event, or
@@ -46,9 +52,12 @@ from tools.chaos_checks import (
     membership_problems,
     missing_placements,
     pending_recreations,
+    replica_errors,
+    replica_placements,
+    replica_problems,
 )
 from tools.chaos_clients import Clients, Targets
-from tools.chaos_faults import NODE_LOSS, Kind, inject, plan_fault
+from tools.chaos_faults import NODE_LOSS, Kind, Plan, inject, plan_fault
 from tools.chaos_nodes import BusTicks, ChaosNode, group_procs, http_json, listening_ports
 from tools.chaos_report import report
 
@@ -74,6 +83,7 @@ class SoakConfig:
     grace_s: float = 5.0
     gap_s: tuple[float, float] = (2.0, 10.0)  # quiet time between convergence and the next fault
     kinds: tuple[Kind, ...] = tuple(Kind)
+    replicas: bool = False  # the model on two nodes, node kills only, no error allowed with a replica left
     out: bool = True  # print progress
 
 
@@ -154,7 +164,8 @@ class Soak:
             ids = {v.node_id: v.name for v in views}
             master = ids.get((views[0].state or {}).get("masterNodeId"))
             runners = {n.name: sorted(p.runner_id for p in n.procs() if p.runner_id) for n in self.nodes}
-            plan = plan_fault(self.rng, runners, master, self.cfg.kinds)
+            plan = (Plan(Kind.KILL_NODE, self.rng.choice(sorted(n for n, r in runners.items() if r)))
+                    if self.cfg.replicas else plan_fault(self.rng, runners, master, self.cfg.kinds))
             node = self.node(plan.node)
             fault = FaultRecord(kind=plan.label, node=plan.node, target=plan.target, at=time.monotonic())
             self.faults.append(fault)
@@ -186,6 +197,8 @@ class Soak:
                      if c.laddr and c.status == psutil.CONN_LISTEN and c.laddr.port in self.ports and self.ours(c.pid)}
         verdict = judge(records, self.faults, self.cfg.promise_s, self.cfg.grace_s, self.leaked,
                         sorted(listening))
+        if self.cfg.replicas:
+            verdict.replica_errors = replica_errors(records, self.faults, self.cfg.grace_s)
         if self.cfg.out:
             print(report(verdict, self.cfg, self.faults, self.restarts, time.monotonic() - self.t_clients))
         return verdict
@@ -274,8 +287,12 @@ class Soak:
         state = views[0].state or {}
         self.pending = {i: t for i, t in self.pending.items()
                         if i not in state.get("instances", {}) and time.monotonic() - t < 30}
+        if self.cfg.replicas:
+            bodies = replica_placements(state, ids, MODEL) if self.clients is None else []
+        else:
+            bodies = missing_placements(state, ids, MODEL)
         if not self.pending:
-            for body in missing_placements(state, ids, MODEL):
+            for body in bodies:
                 status, reply = http_json(f"{self.nodes[0].url}/place_instance", body, timeout=30)
                 if status == 200:
                     self.pending[reply["instance_id"]] = time.monotonic()
@@ -284,6 +301,8 @@ class Soak:
             return [f"placements not in the state yet: {sorted(self.pending)}"]
         if pending := pending_recreations(state):
             return [f"re-creations pending: {pending}"]
+        if self.cfg.replicas and (short := replica_problems(state, MODEL)):
+            return short
         problems = agreement_problems(views)
         return problems or self.probe()
 
@@ -301,17 +320,20 @@ class Soak:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=600.0, help="how long the clients run and faults come")
-    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--nodes", type=int, default=None, help="3 (4 with --replicas)")
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--seed", type=int, default=None, help="the fault schedule's seed (default: random)")
     p.add_argument("--promise", type=float, default=30.0, help="seconds from a fault to a client's error")
     p.add_argument("--keep", action="store_true", help="keep the nodes' homes (logs) even when it passes")
+    p.add_argument("--replicas", action="store_true",
+                   help="the model on two nodes of four, node kills only; no stream may fail while a replica serves")
     ns = p.parse_args(argv)
+    ns.nodes = ns.nodes or (4 if ns.replicas else 3)
     seed = ns.seed if ns.seed is not None else random.randrange(1 << 30)
     root = Path(tempfile.mkdtemp(prefix="skulk-chaos-"))
     print(f"chaos soak: {ns.seconds:.0f}s, {ns.nodes} nodes, {ns.clients} clients, seed {seed}; homes under {root}")
     verdict = Soak(SoakConfig(seconds=ns.seconds, root=root, nodes=ns.nodes, clients=ns.clients, seed=seed,
-                              promise_s=ns.promise)).run()
+                              promise_s=ns.promise, replicas=ns.replicas)).run()
     if verdict.passed and not ns.keep:
         shutil.rmtree(root, ignore_errors=True)
     else:

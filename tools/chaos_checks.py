@@ -122,6 +122,50 @@ def missing_placements(state: dict[str, Any], node_ids: list[str], model: str) -
     return bodies
 
 
+REPLICAS = 2
+"""The replicas mode: the model as this many single-node instances on distinct nodes."""
+
+
+def replica_nodes(state: dict[str, Any], model: str) -> list[set[str]]:
+    """The node sets of the model's instances."""
+    return [set(shards(i)["nodeToRunner"]) for i in state.get("instances", {}).values()
+            if shards(i)["modelId"] == model]
+
+
+def replica_problems(state: dict[str, Any], model: str) -> list[str]:
+    """The replicas mode's layout: at least `REPLICAS` single-node instances on distinct nodes,
+    each with its runner ready (a lost one is placed again by the leader: `placement.replace_lost`)."""
+    spans = replica_nodes(state, model)
+    nodes = {n for s in spans if len(s) == 1 for n in s}
+    if len(nodes) < REPLICAS:
+        return [f"{len(nodes)} replica(s) of {model} on distinct nodes (want {REPLICAS})"]
+    ready = {rid for rid, r in state.get("runners", {}).items() if "RunnerReady" in r or "RunnerRunning" in r}
+    placed = {rid for i in state.get("instances", {}).values() for rid in shards(i)["runnerToShard"]}
+    return [f"runner {rid} not serving yet" for rid in sorted(placed - ready)]
+
+
+def replica_placements(state: dict[str, Any], node_ids: list[str], model: str) -> list[dict[str, Any]]:
+    """At the soak's start only: one single-node instance on each of the first `REPLICAS` nodes
+    that has none."""
+    have = {n for s in replica_nodes(state, model) for n in s}
+    return [{"model_id": model, "excluded_nodes": [n for n in node_ids if n != nid]}
+            for nid in node_ids[:REPLICAS] if nid not in have]
+
+
+def replica_errors(records: list[RequestRecord], faults: list[FaultRecord], grace_s: float) -> list[RequestRecord]:
+    """The replicas mode's promise: a stream whose instance is lost goes on on the surviving
+    replica, so the only error allowed is a request whose own API node the fault killed (its
+    connection drops: nothing can continue it)."""
+    wrong = []
+    for rec in records:
+        if rec.error_at is None:
+            continue
+        fault = window_of(rec.error_at, faults, grace_s)
+        if not (rec.transport and fault is not None and fault.node == rec.node):
+            wrong.append(rec)
+    return wrong
+
+
 @dataclass
 class RequestRecord:
     """One client request as the client saw it (monotonic times)."""
@@ -199,11 +243,13 @@ class Verdict:
     worst_convergence: float = 0.0
     leaked: list[str] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
+    replica_errors: list[RequestRecord] = field(default_factory=list)  # the replicas mode's promise broken
 
     @property
     def passed(self) -> bool:
         return (self.served > 0 and not self.hung and not self.not_retryable and not self.unexplained
-                and not self.late and not self.unconverged and not self.leaked and not self.ports)
+                and not self.late and not self.unconverged and not self.leaked and not self.ports
+                and not self.replica_errors)
 
 
 def judge(records: list[RequestRecord], faults: list[FaultRecord], promise_s: float, grace_s: float,

@@ -29,13 +29,17 @@ def report(v: Verdict, cfg: Any, faults: list[FaultRecord], restarts: list[str],
     lines.append(f"convergence: worst {v.worst_convergence:.1f}s after a fault; not converged: {len(v.unconverged)}")
     lines.append(f"node restarts by the soak: {len(restarts)} {dict(Counter(r.split(' ', 1)[1] for r in restarts))}")
     lines.append(f"hung clients: {len(v.hung)} (must be 0)")
+    if getattr(cfg, "replicas", False):
+        lines.append(f"replicas mode: streams ended in an error though a replica survived: "
+                     f"{len(v.replica_errors)} (must be 0)")
     lines.append(f"leaked processes: {len(v.leaked)} (must be 0); ports left listening: {len(v.ports)} (must be 0)")
     for label, items in (("hung", [_req(r) for r in v.hung]),
                          ("not retryable", [_req(r) for r in v.not_retryable]),
                          ("unexplained (no fault to blame)", [_req(r) for r in v.unexplained]),
                          ("later than the promise", [f"{lat:.1f}s {_req(r)}" for r, lat in v.late]),
                          ("not converged", [f"{f.kind} on {f.node}: {f.problems}" for f in v.unconverged]),
-                         ("leaked", v.leaked), ("ports still listening", [str(p) for p in v.ports])):
+                         ("leaked", v.leaked), ("ports still listening", [str(p) for p in v.ports]),
+                         ("a stream with a surviving replica ended in an error", [_req(r) for r in v.replica_errors])):
         if items:
             lines.append(f"FAIL {label}:")
             lines += [f"  {item}" for item in items[:20]]

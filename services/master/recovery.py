@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from skulk.cluster.placement import PlacementError, place
 from skulk.cluster.state import (
@@ -163,10 +163,16 @@ def next_recreation(state: State, now: float, new_id: Callable[[], str],
 
 
 def _place_again(state: State, note: DeletionNote, new_id: Callable[[], str]) -> Instance | PlacementError:
-    """The note's instance placed again: at its width or the next wider that fits; an instance
-    lost with its node may also take the next narrower width that fits (fewer nodes remain)."""
+    """The note's instance placed again: at its width or the next wider that fits. An instance
+    lost with its node is a replica lost: it goes first to nodes that serve no other instance of
+    its model where it fits (a second loss then takes one replica, not both), and may also take
+    the next narrower width that fits (fewer nodes remain)."""
     assert note.instance is not None
     width = next(iter(note.instance.runner_to_shard.values())).world_size
+    if note.cause == "node_lost" and (serving := _serving(state, note.instance.model_id)):
+        spread = replace(place_again(note.instance, new_id(), note.refused_engine), excluded_nodes=serving)
+        if not isinstance(elsewhere := place(state, spread, new_id), PlacementError):
+            return elsewhere
     placed = place(state, place_again(note.instance, new_id(), note.refused_engine), new_id)
     if not isinstance(placed, PlacementError) or note.cause != "node_lost":
         return placed
@@ -175,3 +181,8 @@ def _place_again(state: State, note: DeletionNote, new_id: Callable[[], str]) ->
         if not isinstance(again, PlacementError):
             return again
     return placed
+
+
+def _serving(state: State, model_id: str) -> tuple[str, ...]:
+    """The nodes that hold a rank of an instance of `model_id` now."""
+    return tuple(sorted({n for i in state.instances.values() if i.model_id == model_id for n in i.node_to_runner}))

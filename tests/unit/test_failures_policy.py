@@ -211,6 +211,25 @@ def test_a_lost_nodes_instance_is_placed_again_on_a_survivor_after_the_back_off_
     assert off.deleted[iid].instance is None and next_recreation(off, 500.0, ids(), POLICY) == []
 
 
+def test_a_lost_replica_comes_back_on_a_node_that_serves_none_where_one_fits():
+    """Two replicas on n1 and n2 of three nodes; n1 lost: its replica goes to n3 (which serves
+    none), though n2 is roomier; with only n2 left, it goes there rather than nowhere."""
+    three = run(base(), [NodeGatheredInfo(info=node("n2", available=14 * GIB)),
+                         NodeGatheredInfo(info=node("n3", available=4 * GIB))])
+    first = run(three, handle(three, PlaceInstance(command_id="a", card=CARD, excluded_nodes=("n2", "n3")),
+                              ids(), 0.0).events)
+    both = run(first, handle(first, PlaceInstance(command_id="b", card=CARD, excluded_nodes=("n1", "n3")),
+                             ids(), 0.0).events)
+    (lost,) = [i for i, inst in both.instances.items() if inst.node_to_runner.keys() == {"n1"}]
+    gone = run(both, node_lost_events(both, "n1", 100.0, replace_after_s=2.0))
+    (made,) = next_recreation(gone, 102.0, ids(), POLICY)
+    assert isinstance(made, InstanceCreated) and made.replaces == lost
+    assert made.instance.node_to_runner.keys() == {"n3"}
+    crowded = run(gone, [NodeTimedOut(node_id="n3", when=101.0)])
+    (doubled,) = next_recreation(crowded, 102.0, ids(), POLICY)
+    assert isinstance(doubled, InstanceCreated) and doubled.instance.node_to_runner.keys() == {"n2"}
+
+
 def test_a_lost_ring_takes_the_next_narrower_width_that_fits_on_the_nodes_that_remain():
     two = run(base(), [NodeGatheredInfo(info=node("n2"))])
     out = handle(two, PlaceInstance(command_id="c1", card=CARD, min_nodes=2), ids(), 0.0)
