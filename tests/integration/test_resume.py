@@ -103,12 +103,17 @@ def test_a_stream_whose_node_is_killed_mid_answer_goes_on_elsewhere_as_if_nothin
 
 
 SHAPE_TOKENS = 300
+SCHEMA_TOKENS = 40
+SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}, "sea": {"type": "string"}},
+          "required": ["title", "sea"], "additionalProperties": False}
 
 
 def test_every_client_shape_goes_on_after_its_runner_is_killed_mid_answer(nodes, demo_model):
     """The demo model, two instances on one node: each client shape's greedy stream has the
     runner serving it SIGKILLed at its first text; the answer goes on on the other instance
-    (or the re-created one) and equals mlx-lm's own, with no error."""
+    (or the re-created one) and equals mlx-lm's own, with no error. A JSON-schema stream too:
+    the new runner's grammar is advanced through the tokens already sent, and the answer is the
+    undisturbed constrained one."""
     out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(demo_model),
                           str(SHAPE_TOKENS), json.dumps([SHAPE_PROMPT])], capture_output=True, text=True,
                          timeout=300, check=True)
@@ -119,6 +124,11 @@ def test_every_client_shape_goes_on_after_its_runner_is_killed_mid_answer(nodes,
     wait_until(node, lambda: len(ready_instances(node)) == 2, 60, "two instances ready")
     user = [{"role": "user", "content": SHAPE_PROMPT}]
     oa = openai.OpenAI(base_url=f"{node.url}/v1", api_key="none", max_retries=0, timeout=120)
+    constrained: dict[str, Any] = {"model": MODEL, "messages": user, "max_tokens": SCHEMA_TOKENS, "temperature": 0,
+                                   "response_format": {"type": "json_schema",
+                                                       "json_schema": {"name": "story", "schema": SCHEMA}}}
+    whole = oa.chat.completions.create(**constrained).choices[0].message.content  # undisturbed
+    assert whole and whole.startswith("{"), whole
     an = anthropic.Anthropic(base_url=node.url, api_key="none", max_retries=0, timeout=120)
     shapes = {
         "openai responses": lambda: (e.delta for e in oa.responses.create(
@@ -129,6 +139,9 @@ def test_every_client_shape_goes_on_after_its_runner_is_killed_mid_answer(nodes,
             if e.type == "content_block_delta"),
         "ollama chat": lambda: (p.message.content for p in ollama.Client(host=node.url, timeout=120).chat(
             model=MODEL, messages=user, stream=True, options={"temperature": 0, "num_predict": SHAPE_TOKENS})),
+        # the grammar goes on from the tokens already sent: the same constrained answer
+        "openai chat, JSON schema": lambda: (c.choices[0].delta.content or "" for c in oa.chat.completions.create(
+            **constrained, stream=True) if c.choices),
     }
     for shape, stream in shapes.items():
         text = ""
@@ -138,7 +151,7 @@ def test_every_client_shape_goes_on_after_its_runner_is_killed_mid_answer(nodes,
                 runner = _runner_of(node, iid)
                 os.kill(node.status()[runner].pid, signal.SIGKILL)  # its runner, mid-answer
             text += piece
-        assert text == ref["text"], shape
+        assert text == (whole if "schema" in shape else ref["text"]), shape
         print(f"{shape}: its runner killed at the first text; the answer went on, the same")
 
 
