@@ -306,16 +306,7 @@ class Generation:
     def _admitted(self, routed: Routed, params: TaskParams, default_budget: bool,
                   trace: RequestTrace | None = None) -> Stream:
         """Wait for the runner's answer: the stream, or its refusal raised."""
-        state = self.replica.get(timeout=0)
-        inst = state.instances.get(routed.instance_id) if state else None
-        events = self.runners.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
-                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
-                                     default_budget, routed.trace)
-        quiet: list[KeepAlive] = []  # a runner busy with a long step answers between steps
-        first = next(events)
-        while isinstance(first, KeepAlive):  # the stream itself ends a silent runner (deadlines)
-            quiet.append(first)
-            first = next(events)
+        first, rest = self._first_answer(routed, params, default_budget)
         prompt_tokens = 0
         if isinstance(first, Failed):
             self.finished(routed, first)
@@ -328,11 +319,27 @@ class Generation:
             prompt_tokens = first.prompt_tokens
             if trace is not None:
                 trace.admitted(prompt_tokens)
-            rest: Iterator[object] = itertools.chain(quiet, events)
-        else:
-            rest = itertools.chain(quiet, [first], events)
         return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest),
                       default_budget=default_budget)
+
+    def _first_answer(self, routed: Routed, params: TaskParams,
+                      default_budget: bool) -> tuple[object, Iterator[object]]:
+        """Send the request to its runner and wait for its first answer (admission or refusal):
+        that answer, and the stream to go on with: the keep-alives before it (a runner busy
+        with a long step answers between steps; the stream itself ends a silent one), then what
+        follows (the first answer too when it is not `Started`)."""
+        state = self.replica.get(timeout=0)
+        inst = state.instances.get(routed.instance_id) if state else None
+        events = self.runners.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
+                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
+                                     default_budget, routed.trace)
+        quiet: list[KeepAlive] = []
+        first = next(events)
+        while isinstance(first, KeepAlive):
+            quiet.append(first)
+            first = next(events)
+        return first, itertools.chain(quiet, events) if isinstance(first, Started) \
+            else itertools.chain(quiet, [first], events)
 
     def reopen(self, params: TaskParams, default_budget: bool) -> tuple[Routed, Iterator[Event]] | bool:
         """A continuation routed and admitted: its route and events; True when it may be
@@ -345,20 +352,10 @@ class Generation:
         if isinstance(routed, CommandRejected):
             return routed.reason in resume.WAIT_FOR
         assert isinstance(routed, Routed)
-        state = self.replica.get(timeout=0)
-        inst = state.instances.get(routed.instance_id) if state else None
-        events = self.runners.stream(routed.endpoint, routed.command_id, routed.task_id, routed.instance_id,
-                                     routed.runner_id, params, inst.context_token_limit if inst else 0,
-                                     default_budget, routed.trace)
-        quiet: list[KeepAlive] = []
-        first = next(events)
-        while isinstance(first, KeepAlive):
-            quiet.append(first)
-            first = next(events)
+        first, rest = self._first_answer(routed, params, default_budget)
         if isinstance(first, Failed):
             self.finished(routed, first)
             return first.reason in resume.RESUMABLE or first.reason == FailReason.BUSY
-        rest = itertools.chain(quiet, events) if isinstance(first, Started) else itertools.chain(quiet, [first], events)
         return routed, _without_started(rest)
 
     def finished(self, routed: Routed, outcome: Done | Failed | None) -> None:
