@@ -3,7 +3,8 @@
 Run as a subprocess: `python -m tests.integration.reference_generate MODEL_DIR N 'prompt'`;
 prints JSON {text, tokens: [[bytes..., logprob]...], generation_tps}. With a JSON list of
 prompts instead of one, prints a list of those (the model loaded once); `--raw` after them:
-the prompts tokenized as they are, no chat template (legacy completions).
+the prompts tokenized as they are, no chat template (legacy completions). A list may also hold
+`{"raw": PROMPT, "n": N}` items: that prompt raw, with its own N (one load for both kinds).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def main() -> None:
         model = dequantize_model(model)  # the runner's CPU path: quantized weights run as fp32
     model.set_dtype(mx.float32)
     many, raw = prompt.startswith("["), "--raw" in sys.argv[4:]
-    out = [one(model, tok, p, n, raw) for p in (json.loads(prompt) if many else [prompt])]
+    out = [one(model, tok, p["raw"], p.get("n", n), raw=True) if isinstance(p, dict) else one(model, tok, p, n, raw)
+           for p in (json.loads(prompt) if many else [prompt])]
     print(json.dumps(out if many else out[0]))
 
 

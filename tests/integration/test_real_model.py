@@ -25,12 +25,23 @@ MLX = {"runner": {"engine": "mlx"}}
 LOGPROB_TOL = 2e-3
 
 
+RAW = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
+RAW_N = 16
+
+
 @pytest.fixture(scope="module")
-def reference(real_model: Path) -> list[dict[str, Any]]:
-    """mlx-lm's own greedy answers to PROMPTS, in a subprocess (mlx stays out of pytest)."""
+def references(real_model: Path) -> list[dict[str, Any]]:
+    """mlx-lm's own greedy answers to PROMPTS (chat) and to RAW (legacy completions), in one
+    subprocess (mlx stays out of pytest; the model is loaded once)."""
+    asked = [*PROMPTS, *({"raw": p, "n": RAW_N} for p in RAW)]
     out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(real_model), str(N),
-                          json.dumps(PROMPTS)], capture_output=True, text=True, timeout=300, check=True)
+                          json.dumps(asked)], capture_output=True, text=True, timeout=300, check=True)
     return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def reference(references) -> list[dict[str, Any]]:
+    return references[:len(PROMPTS)]
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +233,18 @@ def test_split_over_two_nodes_the_real_model_answers_as_one_node(nodes, real_mod
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 
-def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real_node, module_nodes, real_model):
+@pytest.fixture(scope="module")
+def plain_cold_node(module_nodes, real_model):
+    """A node with no prefix cache, told to speculate with a drafter it does not have: it serves
+    plainly (two tests' subject, one node's start and model load)."""
+    config = {"runner": {"prefix_cache_mb": 0, "engine": "mlx"},
+              "speculative": {"mode": "drafter", "drafter": "nobody/nothing"}}
+    node = module_nodes("cold", config=config, args=("--place", REAL), models={REAL_DIR: real_model})
+    wait_model_ready(node, timeout=180)
+    return node
+
+
+def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real_node, plain_cold_node):
     system = {"role": "system", "content": "You are a careful assistant for a museum in Paris. " * 12}
 
     def asked(node, question: str) -> dict[str, Any]:
@@ -234,23 +256,17 @@ def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real
     warm = asked(real_node, "Where is the museum?")  # shares the long system prompt only
     cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached > 100, warm["usage"]
-    cold_node = module_nodes("nocache", args=("--place", REAL), models={REAL_DIR: real_model},
-                             config={"runner": {"prefix_cache_mb": 0, "engine": "mlx"}})
-    wait_model_ready(cold_node, timeout=180)
-    cold = asked(cold_node, "Where is the museum?")
+    cold = asked(plain_cold_node, "Where is the museum?")
     assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert cold["choices"][0]["message"]["content"] == warm["choices"][0]["message"]["content"]
     assert bc.compare(bc.tokens_of(cold), bc.tokens_of(warm), LOGPROB_TOL) == ""
     print(f"{cached} of {warm['usage']['prompt_tokens']} prompt tokens from the cache; same answer without it")
 
 
-def test_legacy_completions_of_a_raw_prompt_are_mlx_lms(real_node, real_model):
-    raw = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
-    out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(real_model), "16",
-                          json.dumps(raw), "--raw"], capture_output=True, text=True, timeout=300, check=True)
-    for prompt, ref in zip(raw, json.loads(out.stdout)):
+def test_legacy_completions_of_a_raw_prompt_are_mlx_lms(real_node, references):
+    for prompt, ref in zip(RAW, references[len(PROMPTS):], strict=True):
         status, reply = http_json(f"{real_node.url}/v1/completions", {"model": REAL, "prompt": prompt,
-                                                                       "max_tokens": 16, "temperature": 0})
+                                                                       "max_tokens": RAW_N, "temperature": 0})
         assert status == 200, reply
         assert reply["choices"][0]["text"] == ref["text"], (prompt, ref["text"], reply["choices"][0]["text"])
         assert reply["usage"]["completion_tokens"] == len(ref["tokens"])
@@ -263,6 +279,21 @@ COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, 
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
           "required": ["city", "country"], "additionalProperties": False}
+
+
+_PLAIN: dict[tuple[int, str], dict[str, Any]] = {}
+
+
+def plain_answer(plain, body: dict[str, Any]) -> dict[str, Any]:
+    """The plain node's greedy answer to `body`, asked once per file (greedy answers repeat:
+    the speculation tests compare against the same few, and single-stream decode is the file's
+    cost)."""
+    key = (plain.api_port, json.dumps(body, sort_keys=True))
+    if key not in _PLAIN:
+        status, reply = bc.complete(plain.url, body)
+        assert status == 200, reply
+        _PLAIN[key] = reply
+    return _PLAIN[key]
 
 
 def same_as_plain(node, plain, reference) -> tuple[int, int]:
@@ -287,13 +318,13 @@ def same_as_plain(node, plain, reference) -> tuple[int, int]:
               "max_tokens": 60,
               "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
     for body in (copy, {**copy, "max_tokens": 9}, {**copy, "stop": ["plums"]}, schema):
-        want, got = bc.complete(plain.url, body)[1], counted(bc.complete(node.url, body)[1])
+        want, got = plain_answer(plain, body), counted(bc.complete(node.url, body)[1])
         for key in ("finish_reason", "message"):
             assert want["choices"][0][key] == got["choices"][0][key], (body, want, got)
         assert want["usage"]["completion_tokens"] == got["usage"]["completion_tokens"], body
         assert bc.compare(bc.tokens_of(want), bc.tokens_of(got), LOGPROB_TOL) == "", body
     together = bc.all_at_once(node.url, [copy, ask(PROMPTS[1])])
-    want_copy = bc.complete(plain.url, copy)[1]["choices"][0]["message"]["content"]
+    want_copy = plain_answer(plain, copy)["choices"][0]["message"]["content"]
     assert [r["choices"][0]["message"]["content"] for _, r in together] == [want_copy, reference[1]["text"]]
     return kept, thrown
 
@@ -316,7 +347,7 @@ def test_prompt_lookup_speculation_changes_no_greedy_token(spec_node, real_node,
     status, spec = bc.complete(spec_node.url, copy)
     details = spec["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] > 0, details  # a copying answer keeps drafts
-    assert bc.complete(real_node.url, copy)[1]["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+    assert plain_answer(real_node, copy)["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
     stats = http_json(f"{spec_node.url}/bench/chat/completions", copy)[1]["generation_stats"]
     assert stats["accepted_prediction_tokens"] == details["accepted_prediction_tokens"], stats
     import urllib.request
@@ -353,10 +384,8 @@ def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_
     print(f"self-drafter: {kept} drafts kept, {thrown} thrown over the identity checks")
 
 
-def test_drafter_mode_without_a_drafter_serves_plainly_and_says_why(module_nodes, real_model):
-    node = module_nodes("nodrafter", config={**MLX, "speculative": {"mode": "drafter", "drafter": "nobody/nothing"}},
-                        args=("--place", REAL), models={REAL_DIR: real_model})
-    wait_model_ready(node, timeout=180)
+def test_drafter_mode_without_a_drafter_serves_plainly_and_says_why(plain_cold_node):
+    node = plain_cold_node
     runners = http_json(f"{node.url}/state")[1]["runners"]
     (ready,) = [r["RunnerReady"] for r in runners.values() if "RunnerReady" in r]
     assert ready["speculation"].startswith("off: drafter nobody/nothing is not staged beside the model"), ready
