@@ -6,6 +6,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json
 
 WORDS = ("beautiful better ugly explicit implicit simple complex flat nested sparse dense "
@@ -26,11 +27,11 @@ def tokens_of(reply: dict[str, Any]) -> list[tuple[tuple[int, ...], float]]:
     return [(tuple(c["bytes"]), c["logprob"]) for c in reply["choices"][0]["logprobs"]["content"]]
 
 
-def complete(url: str, payload: dict[str, Any], timeout: float = 120) -> tuple[int, Any]:
-    return http_json(f"{url}/v1/chat/completions", payload, timeout=timeout)
+def complete(url: str, payload: dict[str, Any], timeout: float | None = None) -> tuple[int, Any]:
+    return http_json(f"{url}/v1/chat/completions", payload, timeout=patience(40) if timeout is None else timeout)
 
 
-def all_at_once(url: str, payloads: list[dict[str, Any]], timeout: float = 120) -> list[tuple[int, Any]]:
+def all_at_once(url: str, payloads: list[dict[str, Any]], timeout: float | None = None) -> list[tuple[int, Any]]:
     with ThreadPoolExecutor(len(payloads)) as pool:
         return list(pool.map(lambda p: complete(url, p, timeout), payloads))
 

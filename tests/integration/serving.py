@@ -7,6 +7,7 @@ import urllib.request
 from typing import Any
 
 from tests.integration.harness import Node, wait_until
+from tests.integration.patience import patience
 
 MODEL = "skulk/demo-tiny"
 
@@ -16,12 +17,14 @@ error a client gets when its runner or node is lost."""
 
 
 def http_json(url: str, body: Any = None, method: str | None = None,
-              timeout: float = 30) -> tuple[int, Any]:
+              timeout: float | None = None) -> tuple[int, Any]:
+    """One JSON request; by default it may take `patience(20)` (a generation of a few dozen
+    tokens of the real model on a busy, slow machine)."""
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=patience(20) if timeout is None else timeout) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read() or b"null")

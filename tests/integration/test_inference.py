@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from tests.integration.conftest import DEMO_DIR
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, NO_RESUME, http_json, sse_events, wait_model_ready
 
 PROMPT = "Beautiful is better than ugly."
@@ -73,7 +74,7 @@ def test_greedy_output_equals_in_process_mlx_lm(serving, demo_model):
     n = 24
     ref = json.loads(subprocess.run(
         [sys.executable, "-m", "tests.integration.reference_generate", str(demo_model), str(n), PROMPT],
-        capture_output=True, text=True, timeout=120, check=True).stdout)
+        capture_output=True, text=True, timeout=patience(40), check=True).stdout)
     status, body = http_json(f"{shared.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": n, "temperature": 0, "logprobs": True,
         "messages": [{"role": "user", "content": PROMPT}]})

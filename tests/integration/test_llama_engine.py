@@ -29,6 +29,7 @@ import pytest
 
 from tests.integration import batch_clients as bc
 from tests.integration.harness import wait_until
+from tests.integration.patience import patience
 from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
 from tests.integration.serving import NO_RESUME, abandon_after, http_json, sse_events, wait_model_ready
 
@@ -39,7 +40,7 @@ TIE = 0.3
 def llama_reference(model_dir: Path, prompts: list[str], n: int, raw: bool = False) -> list[dict[str, Any]]:
     out = subprocess.run([sys.executable, "-m", "tests.integration.reference_llama", str(model_dir / "model.gguf"),
                           str(n), json.dumps(prompts), *(["--raw"] if raw else [])],
-                         capture_output=True, text=True, timeout=300, check=True)
+                         capture_output=True, text=True, timeout=patience(100), check=True)
     return json.loads(out.stdout)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration import batch_clients as bc
+from tests.integration.patience import patience
 from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
 from tests.integration.serving import http_json, sse_events, wait_model_ready
 
@@ -35,7 +36,7 @@ def references(real_model: Path) -> list[dict[str, Any]]:
     subprocess (mlx stays out of pytest; the model is loaded once)."""
     asked = [*PROMPTS, *({"raw": p, "n": RAW_N} for p in RAW)]
     out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(real_model), str(N),
-                          json.dumps(asked)], capture_output=True, text=True, timeout=300, check=True)
+                          json.dumps(asked)], capture_output=True, text=True, timeout=patience(100), check=True)
     return json.loads(out.stdout)
 
 

@@ -24,6 +24,7 @@ from tests.integration import batch_clients as bc
 from tests.integration.cluster import FAST, converged, node_args, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
+from tests.integration.patience import patience
 from tests.integration.real_model import REAL, REAL_DIR
 from tests.integration.serving import MODEL, http_json, sse_events, wait_model_ready
 
@@ -116,7 +117,7 @@ def test_every_client_shape_goes_on_after_its_runner_is_killed_mid_answer(nodes,
     undisturbed constrained one."""
     out = subprocess.run([sys.executable, "-m", "tests.integration.reference_generate", str(demo_model),
                           str(SHAPE_TOKENS), json.dumps([SHAPE_PROMPT])], capture_output=True, text=True,
-                         timeout=300, check=True)
+                         timeout=patience(100), check=True)
     (ref,) = json.loads(out.stdout)
     node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
     wait_model_ready(node)

@@ -16,6 +16,7 @@ from tests.integration import batch_clients as bc
 from tests.integration.cluster import FAST, converged, node_args, place_and_wait, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
+from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json, sse_events
 
 PROMPTS = ["Beautiful is better than ugly.", "Flat is better than nested, said the"]
@@ -41,7 +42,7 @@ def demo_q4(demo_model, tmp_path_factory):
     code = ("import sys; from mlx_lm import convert; "
             "convert(sys.argv[1], mlx_path=sys.argv[2], quantize=True, q_bits=4, q_group_size=32)")
     subprocess.run([sys.executable, "-c", code, str(demo_model), str(out)], check=True, capture_output=True,
-                   timeout=300)
+                   timeout=patience(100))
     return out
 
 
