@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +180,6 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
     run = loop.rt.args.run_dir
     sub = make_socket(loop.ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(run), subscribe=TOPICS)
     to_master = make_socket(loop.ctx, zmq.DEALER, connect=endpoints.master_local(run))
-    loop.add_reader(sub, lambda s: drain_bus(s, worker.replica))
-    loop.add_reader(to_master, lambda s: take_snapshot(s, worker.replica))
     reports = make_socket(loop.ctx, zmq.SUB, hwm=100000, connect=endpoints.bus_out(run),
                           subscribe=(EVT_RUNNER.prefix,))
     loop.add_reader(reports, worker.on_reports)
@@ -189,6 +188,21 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
         if worker.replica.snapshot_due(time.monotonic()):
             send(to_master, snapshot_request(), flags=zmq.NOBLOCK)
 
+    def after(read: Callable[[zmq.Socket[Any]], None]) -> Callable[[zmq.Socket[Any]], None]:
+        """Read the bus or a snapshot, then act at once on what it changed: a snapshot asked as
+        soon as the replica knows it needs one (the leader's first session at boot), the runners
+        planned as soon as an instance is placed or deleted (not at the next timer)."""
+        def handle(sock: zmq.Socket[Any]) -> None:
+            before = worker.replica.state
+            read(sock)
+            ask_snapshot()
+            now = worker.replica.state
+            if now is not None and (before is None or now.instances is not before.instances):
+                worker.tick()
+        return handle
+
+    loop.add_reader(sub, after(lambda s: drain_bus(s, worker.replica)))
+    loop.add_reader(to_master, after(lambda s: take_snapshot(s, worker.replica)))
     loop.every(0.5, ask_snapshot, first_in=0.0)
     loop.add_reader(worker.keeper.sup, worker.keeper.on_reply)
     loop.every(0.2, worker.tick, first_in=0.1)

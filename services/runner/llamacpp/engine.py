@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,29 @@ def threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class _Background:
+    """`fn()` in a thread, its result (or its exception) taken once it is needed."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._out: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="llama-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._out = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out
+
+
 class LlamaCppEngine:
     def __init__(self, model_dir: Path, max_batch: int, prefill_chunk: int, prefix_cache_bytes: int,
                  kv_tokens: int = KV_TOKENS, n_threads: int = 0) -> None:
@@ -113,12 +137,12 @@ class LlamaCppEngine:
     # ---- boot ------------------------------------------------------------------------------
     def load(self) -> None:
         import llama_cpp
-        from mlx_lm.tokenizer_utils import load as load_tokenizer
 
         self.lib: Any = llama_cpp  # the binding, once (a step calls it several times)
         gguf = self.model_dir / GGUF_FILE
         if not gguf.is_file():
             raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
+        tokenizer = _Background(self._load_tokenizer)  # Python work beside llama.cpp's load (C, GIL released)
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
         gpu = bool(llama_cpp.llama_supports_gpu_offload())
@@ -156,10 +180,15 @@ class LlamaCppEngine:
         self.sequences = Sequences(n_seq)
         self.prefix = PrefixCache(n_seq - self.max_batch, self._cache_tokens())
         self.batch = Batch(self.capacity)
-        self.tokenizer = load_tokenizer(self.model_dir)  # the chat template and output markers
+        self.tokenizer = tokenizer.result()  # the chat template and output markers
         size = int(llama_cpp.llama_model_size(self.model))
         self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads, "
                      f"{size / 2**20:.0f} MiB weights, KV {self.kv_tokens} tokens")
+
+    def _load_tokenizer(self) -> Any:
+        from mlx_lm.tokenizer_utils import load as load_tokenizer
+
+        return load_tokenizer(self.model_dir)
 
     def _cache_tokens(self) -> int:
         """Tokens the prefix cache may keep: its byte budget at this model's KV bytes per token,
