@@ -15,6 +15,7 @@ from typing import Any
 from skulk.node import exitcodes
 from skulk.node.model_cards import LLAMA_LAYOUT
 from skulk.services.runner import fp32_cache, llama_split
+from skulk.services.runner.background import Background
 from skulk.services.runner.deadline import Deadline
 from skulk.services.runner.quant_path import QuantMode
 from skulk.wire.accelerator import gather
@@ -82,12 +83,12 @@ def load_model(model_dir: Path, ring: Ring | None, max_batch: int = 16,
 
     if ring is not None and len(ring.hosts) > 1:
         return _load_sharded(model_dir, ring)
-    from mlx_lm import load
-    from mlx_lm.utils import dequantize_model
+    from mlx_lm.utils import dequantize_model, load_config, load_tokenizer
+    from mlx_lm.utils import load_model as mlx_load_model
 
-    loaded = load(str(model_dir), return_config=True)
-    assert len(loaded) == 3, "return_config=True: mlx-lm returns (model, tokenizer, config)"
-    model, tokenizer, config = loaded
+    eos = load_config(model_dir).get("eos_token_id")  # mlx-lm's `load`, with the tokenizer beside the weights
+    tokenizing = Background(lambda: load_tokenizer(model_dir, None, eos_token_ids=eos))
+    model, config = mlx_load_model(model_dir)
     if mx.default_device() == mx.cpu:
         # Quantized matmuls are very slow on CPU: dequantize and run fp32 (4 B/param), computed
         # once and kept beside the model (`fp32_cache`).
@@ -109,7 +110,7 @@ def load_model(model_dir: Path, ring: Ring | None, max_batch: int = 16,
             model, how = pick(model_dir, model, config, max_batch, quant_mode)
             path += f" {how}"
     mx.eval(model.parameters())
-    return model, tokenizer, path
+    return model, tokenizing.result(), path
 
 
 def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:

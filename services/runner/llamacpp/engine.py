@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import warmup
+from skulk.services.runner.background import Background
 from skulk.services.runner.engine import (
     Detokenizer,
     EngineRefused,
@@ -95,29 +95,6 @@ def threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class _Background:
-    """`fn()` in a thread, its result (or its exception) taken once it is needed."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self._fn = fn
-        self._out: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="llama-load", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._out = self._fn()
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            self._error = exc
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._out
-
-
 class LlamaCppEngine:
     def __init__(self, model_dir: Path, max_batch: int, prefill_chunk: int, prefix_cache_bytes: int,
                  kv_tokens: int = KV_TOKENS, n_threads: int = 0) -> None:
@@ -142,7 +119,7 @@ class LlamaCppEngine:
         gguf = self.model_dir / GGUF_FILE
         if not gguf.is_file():
             raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
-        tokenizer = _Background(self._load_tokenizer)  # Python work beside llama.cpp's load (C, GIL released)
+        tokenizer = Background(self._load_tokenizer)  # Python work beside llama.cpp's load (C, GIL released)
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
         gpu = bool(llama_cpp.llama_supports_gpu_offload())
