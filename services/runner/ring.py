@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ from typing import Any
 from skulk.node import exitcodes
 from skulk.node.model_cards import LLAMA_LAYOUT
 from skulk.services.runner import fp32_cache, llama_split
-from skulk.services.runner.background import Background
 from skulk.services.runner.deadline import Deadline
 from skulk.services.runner.quant_path import QuantMode
 from skulk.wire.accelerator import gather
@@ -87,7 +87,9 @@ def load_model(model_dir: Path, ring: Ring | None, max_batch: int = 16,
     from mlx_lm.utils import load_model as mlx_load_model
 
     eos = load_config(model_dir).get("eos_token_id")  # mlx-lm's `load`, with the tokenizer beside the weights
-    tokenizing = Background(lambda: load_tokenizer(model_dir, None, eos_token_ids=eos))
+    beside = ThreadPoolExecutor(1, thread_name_prefix="tokenizer")
+    tokenizing = beside.submit(load_tokenizer, model_dir, None, eos_token_ids=eos)
+    beside.shutdown(wait=False)  # the one task runs on; `result()` below waits for it
     model, config = mlx_load_model(model_dir)
     if mx.default_device() == mx.cpu:
         # Quantized matmuls are very slow on CPU: dequantize and run fp32 (4 B/param), computed

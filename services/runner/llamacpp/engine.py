@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,6 @@ import numpy as np
 
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import warmup
-from skulk.services.runner.background import Background
 from skulk.services.runner.engine import (
     Detokenizer,
     EngineRefused,
@@ -119,10 +119,20 @@ class LlamaCppEngine:
         gguf = self.model_dir / GGUF_FILE
         if not gguf.is_file():
             raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
-        tokenizer = Background(self._load_tokenizer)  # Python work beside llama.cpp's load (C, GIL released)
+        gpu = bool(llama_cpp.llama_supports_gpu_offload())
+        with ThreadPoolExecutor(1, thread_name_prefix="tokenizer") as beside:  # Python beside llama.cpp's C load
+            tokenizer = beside.submit(self._load_tokenizer)
+            self._load_llama(llama_cpp, gguf, gpu)
+            self.tokenizer = tokenizer.result()  # the chat template and output markers
+        size = int(llama_cpp.llama_model_size(self.model))
+        self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads, "
+                     f"{size / 2**20:.0f} MiB weights, KV {self.kv_tokens} tokens")
+
+    def _load_llama(self, llama_cpp: Any, gguf: Path, gpu: bool) -> None:
+        """The model and one context for every row and the prefix cache (llama.cpp's calls
+        leave the interpreter free)."""
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
-        gpu = bool(llama_cpp.llama_supports_gpu_offload())
         mparams.n_gpu_layers = 1 << 30 if gpu else 0
         self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), mparams)
         if not self.model:
@@ -157,10 +167,6 @@ class LlamaCppEngine:
         self.sequences = Sequences(n_seq)
         self.prefix = PrefixCache(n_seq - self.max_batch, self._cache_tokens())
         self.batch = Batch(self.capacity)
-        self.tokenizer = tokenizer.result()  # the chat template and output markers
-        size = int(llama_cpp.llama_model_size(self.model))
-        self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads, "
-                     f"{size / 2**20:.0f} MiB weights, KV {self.kv_tokens} tokens")
 
     def _load_tokenizer(self) -> Any:
         from mlx_lm.tokenizer_utils import load as load_tokenizer
