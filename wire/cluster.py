@@ -69,6 +69,7 @@ class LeaderAnnounce(Message):
     seniority: int
     head: int
     commands: int = 0
+    fresh: bool = False  # a session opened at boot by a lone node with no state, never used since
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

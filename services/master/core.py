@@ -108,7 +108,8 @@ class MasterCore:
     # every part it asks; the effects come back in order.
     def boot(self, now: Instant, wait_s: float = BOOT_WAIT_S) -> list[Effect]:
         turn = Turn(now)
-        self._act(turn, self.election.boot(now.mono, wait_s=wait_s))
+        has_state = bool(self.s.state.session) or self.s.state.last_event_applied_idx >= 0
+        self._act(turn, self.election.boot(now.mono, wait_s=wait_s, has_state=has_state))
         self.own.back_from_restart(turn)  # a lone node's saved state carries the mark of its restart
         return turn.out
 

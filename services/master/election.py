@@ -10,7 +10,10 @@
   a lone node that was placed on is not deposed by a fresh one, whose state would win). A
   leader's seniority is the largest cluster it has led, counted by nodes that actually follow
   it (they ask it for the state), never by the gossip member count, so a late joiner or a
-  healed lone node never deposes an established leader.
+  healed lone node never deposes an established leader. A node without a live leader does not
+  follow a fresh leader (`knows_more`: one that booted alone with no state and was never used,
+  say a node restarted alone in a partition) while it holds state from another session: it
+  campaigns on, and the fresh leader follows the winner, who outranks it.
 - Freeze: a leader that was not called for longer than the announce liveness (the process was
   stopped, the machine slept) knows its followers have given up on it: it campaigns, and
   follows whoever they elected meanwhile.
@@ -87,6 +90,9 @@ class Election:
     candidates: dict[str, Campaign] = field(default_factory=dict)
     members: frozenset[str] = frozenset()
     followers: set[str] = field(default_factory=set)
+    state_session: str = ""  # the session this node's state comes from (the last it led or followed)
+    had_state: bool = False  # `boot(has_state=...)`: the process began with a saved state
+    fresh: bool = False  # the session it leads was opened at boot, alone, with no state
     last_call: float | None = None  # `now` of the last tick, membership or announce: a gap is a freeze
     booting_until: float | None = None  # `boot(wait_s=...)`: until the first membership says who is there
 
@@ -97,22 +103,23 @@ class Election:
     def key(self) -> tuple[int, int, int, str]:
         return (self.seniority, self.clock, self.commands, self.node_id)
 
-    def boot(self, now: float, wait_s: float = 0.0) -> list[Action]:
+    def boot(self, now: float, wait_s: float = 0.0, has_state: bool = False) -> list[Action]:
         """Lead alone at once, or (`wait_s`) once the first membership shows this node alone or
-        `wait_s` passes in silence; a membership with peers makes it campaign instead."""
-        self.clock = 1
+        `wait_s` passes in silence; a membership with peers makes it campaign instead.
+        `has_state`: the process began with a saved state (its session is not a fresh one)."""
+        self.clock, self.had_state = 1, has_state
         if wait_s > 0:
             self.booting_until = now + wait_s
             return []
-        return self._win(now, 1)
+        return self._win(now, 1, fresh=not has_state)
 
     def _booted(self, now: float, last_idx: int) -> list[Action]:
         self.booting_until = None
         if self.members - {self.node_id}:
             return self.start(now, last_idx)
-        return self._win(now, 1)
+        return self._win(now, 1, fresh=not self.had_state)
 
-    def _win(self, now: float, size: int) -> list[Action]:
+    def _win(self, now: float, size: int, fresh: bool = False) -> list[Action]:
         self.booting_until = None
         self.seniority = max(self.seniority, size)
         self.followers = set()
@@ -120,13 +127,15 @@ class Election:
         self.wins += 1
         self.session = f"{self.clock}-{self.node_id}" + (f"-{self.incarnation}" if self.incarnation else "") \
             + (f".{self.wins}" if self.wins > 1 else "")
+        self.state_session, self.fresh = self.session, fresh
         self.leader_key, self.leader_seen = self.key(), now
         self.campaign_until, self.candidates = None, {}
         return [BecomeLeader(self.session)]
 
     def announce(self, head: int) -> LeaderAnnounce:
         return LeaderAnnounce(node_id=self.node_id, session=self.session, clock=self.clock,
-                              seniority=self.seniority, head=head, commands=self.commands)
+                              seniority=self.seniority, head=head, commands=self.commands,
+                              fresh=self.fresh and self.commands == 0)
 
     def start(self, now: float, last_idx: int) -> list[Action]:
         self.booting_until = None
@@ -180,25 +189,36 @@ class Election:
 
     def on_announce(self, msg: LeaderAnnounce, now: float, last_idx: int = -1) -> list[Action]:
         thawed = self._thawed(now, last_idx)
-        return thawed + self._announced(msg, now)
+        return thawed + self._announced(msg, now, last_idx)
 
-    def _announced(self, msg: LeaderAnnounce, now: float) -> list[Action]:
+    def _announced(self, msg: LeaderAnnounce, now: float, last_idx: int) -> list[Action]:
         theirs = (msg.seniority, msg.clock, msg.commands, msg.node_id)
         if msg.node_id == self.node_id:
             return []
         if self.is_leader and theirs < self.key():
             return []  # we outrank it; it follows us when it hears our announce
+
         if self.leader == msg.node_id and self.session == msg.session:
             self.leader_seen, self.leader_key = now, theirs
             return []
         if not self.is_leader and self.leader is not None and self.session \
                 and now - self.leader_seen < ANNOUNCE_LIVENESS_S and theirs < self.leader_key:
             return []  # we follow a live leader that outranks this one
+        if not self.is_leader and self.knows_more(msg, last_idx):
+            return []  # it campaigns on; the poorer leader follows the winner, who outranks it
         self.booting_until = None
         self.clock = max(self.clock, msg.clock)
+        self.state_session = msg.session
         self.leader, self.session, self.leader_seen, self.leader_key = msg.node_id, msg.session, now, theirs
         self.campaign_until, self.candidates = None, {}
         return [Follow(msg.node_id, msg.session)]
+
+    def knows_more(self, msg: LeaderAnnounce, last_idx: int) -> bool:
+        """Whether the announcer leads a fresh session (a node that booted alone with no state
+        and was never used) while this node holds state from another session: say a node
+        restarted alone in a partition while this one still held the cluster's state; following
+        it would drop that state. (A node with no state, or following that session, follows.)"""
+        return msg.fresh and last_idx >= 0 and bool(self.state_session) and self.state_session != msg.session
 
     def _thawed(self, now: float, last_idx: int) -> list[Action]:
         """Checked first by tick, membership and announce: a leader that was frozen longer than

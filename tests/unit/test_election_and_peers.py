@@ -47,6 +47,32 @@ def test_a_lone_leader_that_executed_commands_is_not_deposed_by_a_fresh_one():
     assert fresh.on_announce(used.announce(0), 0.5) == [Follow("a", "1-a")]
 
 
+def test_a_node_holding_state_does_not_adopt_a_fresh_lone_leaders_empty_session():
+    """A node restarted alone in a partition leads a fresh session (no state, never used);
+    after the heal, a node still holding the cluster's state (its leader lost) campaigns on
+    instead of following it, and the fresh leader follows the winner. A node with no state
+    follows it, and once used (a command) it is not fresh any more."""
+    fresh = Election("a")
+    fresh.boot(0.0)
+    assert fresh.announce(3).fresh
+    holder = Election("b", timeout_s=3.0)
+    holder.on_membership(frozenset({"b", "c", "d"}), 0.0, 0)
+    holder.on_announce(announce("d", 4), 0.0)  # it follows d and holds d's state
+    assert holder.on_membership(frozenset({"b", "c"}), 1.0, 7)[0] == Broadcast(Campaign(node_id="b", clock=2,
+                                                                                        last_idx=7))
+    assert holder.on_announce(fresh.announce(3), 1.1, last_idx=7) == []
+    assert holder.campaign_until is not None
+    empty = Election("e")
+    empty.on_membership(frozenset({"a", "e"}), 0.0, -1)
+    assert empty.on_announce(fresh.announce(3), 0.1, last_idx=-1) == [Follow("a", "1-a")]
+    restarted = Election("r")
+    restarted.boot(0.0, has_state=True)  # a saved state: its session is not a fresh one
+    assert not restarted.announce(0).fresh
+    fresh.commands = 1
+    assert not fresh.announce(3).fresh
+    assert holder.on_announce(fresh.announce(3), 1.2, last_idx=7) == [Follow("a", "1-a")]
+
+
 def test_an_established_leader_is_not_deposed_by_a_late_joiner():
     c = Election("c")
     c.boot(0.0)
