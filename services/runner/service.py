@@ -261,16 +261,17 @@ class Runner:
 def make_engine(args: RunnerArgs, ring: Ring | None) -> Engine:
     """The instance's engine (`RunnerPlacement.engine`), sized by the node's runner settings."""
     place, settings = args.placement, args.settings
+    spec = SpecSettings(spec_mode(settings.spec_mode, place.model_dir), settings.spec_draft_tokens,
+                        settings.spec_max_streams, settings.spec_drafter)
     if place.engine == EngineKind.LLAMA_CPP:
         from skulk.services.runner.llamacpp.engine import LlamaCppEngine
 
         return LlamaCppEngine(place.model_dir, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
-                              prefix_cache_bytes=settings.prefix_cache_mb << 20, n_threads=settings.threads)
+                              prefix_cache_bytes=settings.prefix_cache_mb << 20, n_threads=settings.threads,
+                              spec=spec)
     return MlxBatchEngine(
         place.model_dir, ring, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
-        prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized),
-        spec=SpecSettings(spec_mode(settings.spec_mode, place.model_dir), settings.spec_draft_tokens,
-                          settings.spec_max_streams, settings.spec_drafter))
+        prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized), spec=spec)
 
 
 def spec_mode(asked: str, model_dir: Path) -> SpecMode:

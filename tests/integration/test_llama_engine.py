@@ -242,6 +242,50 @@ def test_a_runner_killed_mid_stream_ends_the_stream_with_an_error(llama_node):
     assert status == 200
 
 
+COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
+        "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
+
+
+@pytest.fixture(scope="module")
+def lookup_node(module_nodes, real_model):
+    """A node whose llama.cpp runner speculates by prompt lookup (`llama_node` is the control)."""
+    threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
+    node = module_nodes("lookup", args=("--place", REAL), models={REAL_DIR: real_model},
+                        config={"runner": {"threads": threads},
+                                "speculative": {"mode": "prompt_lookup", "num_draft_tokens": 4}})
+    wait_model_ready(node, timeout=180)
+    return node
+
+
+def test_prompt_lookup_speculation_keeps_llama_cpps_answers(lookup_node, llama_node, reference, real_model):
+    """Drafts from the prompt, verified in one llama_decode: the greedy answers stay llama.cpp's
+    own (up to a near-tie, as for eight rows at once), a copying answer keeps drafts, and so does
+    a sampled one."""
+    runners = http_json(f"{lookup_node.url}/state")[1]["runners"]
+    assert [r["RunnerReady"]["speculation"] for r in runners.values() if "RunnerReady" in r] == \
+        ["prompt_lookup x4, up to 1 stream"], runners
+    for prompt, ref in zip(PROMPTS, reference):
+        status, reply = bc.complete(lookup_node.url, ask(prompt, logprobs=True))
+        assert status == 200 and disagreement(content(reply), ref, reply) == "", (prompt, reply)
+    (copy_ref,) = llama_reference(real_model, [COPY], 60)
+    copy = ask(COPY, max_tokens=60, logprobs=True)
+    status, spec = bc.complete(lookup_node.url, copy)
+    assert status == 200 and disagreement(content(spec), copy_ref, spec) == "", spec
+    kept = spec["usage"]["completion_tokens_details"]["accepted_prediction_tokens"]
+    assert kept > 0, spec["usage"]  # a copying answer keeps drafts
+    plain = bc.complete(llama_node.url, copy)[1]
+    assert plain["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+    # A sampled row keeps a draft while its own seeded sampler draws it. (It need not repeat
+    # token for token: the second asking starts from the prefix cache, and llama.cpp's logits
+    # move with the batch's shape, so a draw near a boundary may fall the other way.)
+    status, sampled = bc.complete(lookup_node.url, {**ask(COPY, max_tokens=40), "temperature": 0.7, "seed": 1234})
+    details = sampled["usage"]["completion_tokens_details"]
+    assert status == 200 and details["accepted_prediction_tokens"] + details["rejected_prediction_tokens"] > 0, \
+        details
+    assert "apple" in content(sampled).lower(), sampled
+    print(f"prompt lookup on llama.cpp: {kept} drafts kept of {spec['usage']['completion_tokens']} tokens")
+
+
 def test_a_gguf_llama_cpp_cannot_load_is_served_by_mlx_instead(nodes, real_model, tmp_path):
     damaged = tmp_path / REAL_DIR  # the same model, its GGUF cut short (a download that stopped)
     damaged.mkdir()

@@ -40,17 +40,18 @@ class Batch:
     def clear(self) -> None:
         self.n = 0
 
-    def add(self, tokens: list[int], start_pos: int, seq: int, want_last: bool) -> int:
+    def add(self, tokens: list[int], start_pos: int, seq: int, want_last: bool, want_all: bool = False) -> int:
         """Append a run of one sequence's tokens at positions `start_pos ..`; the batch index of
-        its last token (whose logits are kept when `want_last`)."""
+        its last token (whose logits are kept when `want_last`; every token's with `want_all`,
+        as a speculative step verifies each draft)."""
         k, i = len(tokens), self.n
         if i + k > self.capacity:
             raise ValueError(f"batch of {self.capacity} tokens cannot take {i + k}")
         self.token[i:i + k] = tokens
         self.pos[i:i + k] = np.arange(start_pos, start_pos + k, dtype=np.int32)
         self.seq[i:i + k] = seq
-        self.logits[i:i + k] = 0
-        self.logits[i + k - 1] = 1 if want_last else 0
+        self.logits[i:i + k] = 1 if want_all else 0
+        self.logits[i + k - 1] = 1 if want_last or want_all else 0
         self.n = i + k
         return i + k - 1
 

@@ -38,6 +38,7 @@ from skulk.services.runner.engine import (
     output_of,
 )
 from skulk.services.runner.grammar import GrammarMask
+from skulk.services.runner.llamacpp import speculate
 from skulk.services.runner.llamacpp.batch import Batch
 from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
 from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, top_logprobs
@@ -45,6 +46,7 @@ from skulk.services.runner.llamacpp.text import Detokenizer as PieceDetokenizer
 from skulk.services.runner.llamacpp.text import Vocab
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.scheduler import prefill_in_order
+from skulk.services.runner.speculate import SpecSettings
 from skulk.wire.inference import RankInsert
 from skulk.wire.models import GGUF_FILE
 
@@ -58,6 +60,7 @@ CACHE_SEQUENCES = 8
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 UBATCH = 512
 FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick on a CPU
+DEFAULT_SPEC = SpecSettings()  # frozen: one shared default is safe
 
 
 class LlamaLoadError(EngineRefused):
@@ -74,6 +77,8 @@ class _Row:
     grammar: GrammarMask | None
     done: int  # prompt tokens whose keys and values are in the cache
     output: list[int] = field(default_factory=list)
+    spec_misses: int = 0  # speculation: proposals in a row whose every draft was rejected
+    spec_wait: int = 0  # plain steps to take before the next proposal (back-off after misses)
 
     @property
     def decoding(self) -> bool:
@@ -97,7 +102,7 @@ def threads() -> int:
 
 class LlamaCppEngine:
     def __init__(self, model_dir: Path, max_batch: int, prefill_chunk: int, prefix_cache_bytes: int,
-                 kv_tokens: int = KV_TOKENS, n_threads: int = 0) -> None:
+                 kv_tokens: int = KV_TOKENS, n_threads: int = 0, spec: SpecSettings = DEFAULT_SPEC) -> None:
         self.model_dir, self.max_batch, self.prefill_chunk = model_dir, max_batch, prefill_chunk
         self.prefix_cache_bytes, self.kv_tokens = prefix_cache_bytes, kv_tokens
         self.n_threads = n_threads or threads()
@@ -105,7 +110,7 @@ class LlamaCppEngine:
         self.model_context = 0
         self.max_token_bytes = 1
         self.vocab_size = 0
-        self.speculation = ""
+        self.spec, self.speculation = speculate.describe(spec)
         self.rows: dict[int, _Row] = {}
         self.uid_count = 0
         self._lltokenizer: Any = None
@@ -259,6 +264,8 @@ class LlamaCppEngine:
     def step(self) -> StepOutput:
         if not self.rows:
             return StepOutput([], [])
+        if (drafted := speculate.step(self)) is not None:
+            return StepOutput([], drafted)
         batch = self.batch
         batch.clear()
         outputs: list[_Row] = []  # rows whose logits this step gives, in batch order
@@ -279,12 +286,13 @@ class LlamaCppEngine:
             progress.append(PromptProgress(row.uid, row.done, len(row.prompt)))
             if last:
                 outputs.append(row)
-        self._decode()
+        self.decode()
         logits = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ctx), shape=(len(outputs), self.vocab_size))
         tokens = [self._next(row, logits[i]) for i, row in enumerate(outputs)]
         return StepOutput(progress, tokens)
 
-    def _decode(self) -> None:
+    def decode(self) -> None:
+        """`llama_decode` of the batch, making room in the KV cache from the prefix cache."""
         while (rc := self.lib.llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
             self._free(self.prefix.trim(len(self.prefix) // 2))  # no room in the KV cache: let the cache go
         if rc != 0:
@@ -297,15 +305,23 @@ class LlamaCppEngine:
             allowed = row.grammar.allowed(row.output[-1] if row.output else None)
             if allowed is not None:
                 values[~allowed[:len(values)]] = -np.inf
-        token = row.sampler(values)
+        out = self.emit(row, row.sampler(values), values)
+        if out.finish is not None:
+            self.retire(row)
+        return out
+
+    def emit(self, row: _Row, token: int, values: np.ndarray) -> TokenOut:
+        """`token` given to the row (chosen from `values`), and whether it ends the row."""
         row.output.append(token)
         finish = ("stop" if self.vocab.is_end(token) else
                   "length" if len(row.output) >= row.max_tokens else None)
-        if finish is not None:
-            del self.rows[row.uid]
-            held = row.prompt + row.output[:-1]  # the last token was never run
-            self._free(self.prefix.add(row.seq, held))
         return TokenOut(row.uid, token, Logits(values), finish)
+
+    def retire(self, row: _Row) -> None:
+        """A row that ended: out of the batch, its KV sequence kept as a prefix-cache entry."""
+        del self.rows[row.uid]
+        held = row.prompt + row.output[:-1]  # the last token was never run
+        self._free(self.prefix.add(row.seq, held))
 
     def active(self) -> int:
         return len(self.rows)
