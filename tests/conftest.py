@@ -37,6 +37,7 @@ SLOWEST_FIRST = (
     "integration/test_batching.py",
     "integration/test_llama_engine.py",
     "integration/test_dashboard.py",
+    "integration/test_chaos_replicas.py",
     "integration/test_long_steps.py",
     "integration/test_supervision.py",
     "integration/test_inference.py",

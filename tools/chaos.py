@@ -13,7 +13,8 @@ instance lost with its node is placed again, as an operator would), the state's 
 runners agree with the processes that exist, and every node serves a request.
 
 `--replicas` (4 nodes by default): the model as single-node instances on two of the nodes, and
-only node kills (`SIGKILL` of a serving node's whole tree); the soak never places anything after
+only node kills (`SIGKILL` of a serving node's whole tree, the one whose instance runs the most
+streams another node's API holds, where any runs); the soak never places anything after
 the start, the leader places a lost replica again (`placement.replace_lost`), and the promise is
 stronger: a stream whose instance is lost goes on on the surviving replica (`api.resume`), so no
 request may end in an error except one whose own API node was the one killed.
@@ -48,6 +49,7 @@ from tools.chaos_checks import (
     NodeView,
     Verdict,
     agreement_problems,
+    cutting_target,
     judge,
     membership_problems,
     missing_placements,
@@ -64,6 +66,9 @@ from tools.chaos_report import report
 MODEL = "skulk/demo-tiny"
 READY_TIMEOUT_S = 60.0
 PEER_TIMEOUT_S = 3.0
+AIM_S = 5.0
+"""The replicas mode's kill waits at most this long for a node running two streams of other
+nodes' APIs (a kill there cuts streams that must go on elsewhere)."""
 ORPHAN_WAIT_S = 10.0
 """How long a node's processes may outlive its root (they notice the parent's death at once
 through PR_SET_PDEATHSIG, or within a loop tick)."""
@@ -84,6 +89,7 @@ class SoakConfig:
     gap_s: tuple[float, float] = (2.0, 10.0)  # quiet time between convergence and the next fault
     kinds: tuple[Kind, ...] = tuple(Kind)
     replicas: bool = False  # the model on two nodes, node kills only, no error allowed with a replica left
+    min_faults: int = 0  # faults to inject even past `seconds` (a slower machine converges slower)
     out: bool = True  # print progress
 
 
@@ -156,7 +162,7 @@ class Soak:
         end = self.t_clients + self.cfg.seconds
         while True:
             gap = self.rng.uniform(*self.cfg.gap_s)
-            if time.monotonic() + gap >= end:
+            if time.monotonic() + gap >= end and len(self.faults) >= self.cfg.min_faults:
                 self.stop.wait(max(0.0, end - time.monotonic()))  # the schedule: the soak's end
                 return
             self.stop.wait(gap)  # the schedule: the next fault's time
@@ -164,8 +170,8 @@ class Soak:
             ids = {v.node_id: v.name for v in views}
             master = ids.get((views[0].state or {}).get("masterNodeId"))
             runners = {n.name: sorted(p.runner_id for p in n.procs() if p.runner_id) for n in self.nodes}
-            plan = (Plan(Kind.KILL_NODE, self.rng.choice(sorted(n for n, r in runners.items() if r)))
-                    if self.cfg.replicas else plan_fault(self.rng, runners, master, self.cfg.kinds))
+            plan = (self.replica_kill(runners, ids) if self.cfg.replicas
+                    else plan_fault(self.rng, runners, master, self.cfg.kinds))
             node = self.node(plan.node)
             fault = FaultRecord(kind=plan.label, node=plan.node, target=plan.target, at=time.monotonic())
             self.faults.append(fault)
@@ -179,6 +185,25 @@ class Soak:
                 return
             assert fault.converged_at is not None  # `converge` sets it when it returns True
             self.log(f"  converged {fault.converged_at - fault.at:.1f}s after the fault")
+
+    def replica_kill(self, runners: dict[str, list[str]], ids: dict[str | None, str]) -> Plan:
+        """A serving node's whole tree, chosen where the kill cuts streams another node's API
+        holds (read from the state just before, waiting up to `AIM_S` for a node that runs two,
+        so that one ending meanwhile still leaves one to cut; at random where none runs)."""
+        serving = sorted(n for n, r in runners.items() if r)
+        names = {i: n for i, n in ids.items() if i is not None}
+        until = time.monotonic() + AIM_S
+        while True:
+            state = next((v.state for v in self.views() if v.state), None) or {}
+            best = cutting_target(state, names, serving)
+            if (best is not None and best[1] >= 2) or time.monotonic() >= until or self.stop.is_set():
+                break
+            self.stop.wait(0.2)  # the schedule: the next read of where streams run
+        if best is None:
+            self.log("  no stream of another node's API ran: a serving node at random")
+            return Plan(Kind.KILL_NODE, self.rng.choice(serving))
+        self.log(f"  {best[0]} runs {best[1]} stream(s) another node's API holds")
+        return Plan(Kind.KILL_NODE, best[0])
 
     def finish(self) -> Verdict:
         assert self.clients is not None

@@ -144,6 +144,24 @@ def replica_problems(state: dict[str, Any], model: str) -> list[str]:
     return [f"runner {rid} not serving yet" for rid in sorted(placed - ready)]
 
 
+def cutting_target(state: dict[str, Any], names: dict[str, str], serving: list[str]) -> tuple[str, int] | None:
+    """The replicas mode's kill: of the `serving` node names, the one whose instance runs the
+    most streams that another node's API holds (a kill there cuts streams that can go on
+    elsewhere; the soak tests that promise, not only the killed API's own clients), and how many.
+    None when no such stream runs now. `names`: node id -> name."""
+    node_of = {iid: next(iter(shards(i)["nodeToRunner"]), None) for iid, i in state.get("instances", {}).items()}
+    cut: dict[str, int] = {}
+    for task in state.get("tasks", {}).values():
+        t = next(iter(task.values()))
+        where = names.get(node_of.get(t.get("instanceId"), "") or "")
+        if t.get("taskStatus") == "Running" and where in serving and names.get(t.get("ownerNode", "")) != where:
+            cut[where] = cut.get(where, 0) + 1
+    if not cut:
+        return None
+    best = max(sorted(cut), key=lambda n: cut[n])
+    return best, cut[best]
+
+
 def replica_placements(state: dict[str, Any], node_ids: list[str], model: str) -> list[dict[str, Any]]:
     """At the soak's start only: one single-node instance on each of the first `REPLICAS` nodes
     that has none."""

@@ -10,6 +10,7 @@ from tools.chaos_checks import (
     NodeView,
     RequestRecord,
     agreement_problems,
+    cutting_target,
     judge,
     membership_problems,
     missing_placements,
@@ -145,3 +146,17 @@ def test_the_verdict_holds_each_request_to_the_promise():
     assert not judge([served], [fault], 30, 5, ["n0: 'skulk: master' outlived its root"], []).passed
     assert not judge([served], [fault], 30, 5, [], [21000]).passed
     assert not judge([], [fault], 30, 5, [], []).passed  # nothing served proves nothing
+
+
+def test_the_replicas_kill_goes_where_it_cuts_streams_another_nodes_api_holds():
+    def task(iid: str, owner: str, status: str = "Running") -> dict:
+        return {"TextGeneration": {"instanceId": iid, "ownerNode": owner, "taskStatus": status}}
+
+    names = {"ia": "a", "ib": "b", "ic": "c"}
+    layout = {"x": instance("x", {"ia": "ra"}), "y": instance("y", {"ib": "rb"})}
+    on = {**state("ia", list(names), layout), "tasks": {
+        "1": task("x", "ia"),  # a's own API: killing a loses its client anyway
+        "2": task("y", "ic"), "3": task("y", "ia"), "4": task("x", "ic", "Complete")}}
+    assert cutting_target(on, names, ["a", "b"]) == ("b", 2)
+    assert cutting_target(on, names, ["a"]) is None  # only a's own stream runs there
+    assert cutting_target({**on, "tasks": {}}, names, ["a", "b"]) is None
