@@ -8,7 +8,8 @@ oldest first (`scheduler.prefill_in_order`), so requests join and leave between 
 and a long prompt goes in by chunks while the others decode. Tokens are sampled here (`sample.py`;
 greedy is llama.cpp's own arg-max), grammars mask logits (`grammar.py`), and the prompt is the
 chat template's text tokenized by llama.cpp itself (`text.py`), so a greedy answer is token for
-token what llama.cpp gives on the same file.
+token what llama.cpp gives on the same file. A lone stream may speculate by prompt lookup
+(`speculate.py`: drafts verified in one decode).
 
 The weights are the GGUF file as stored (quantized kernels run on the CPU at full speed: no
 fp32 copy); where llama.cpp was built with a GPU backend every layer is offloaded.
