@@ -44,9 +44,19 @@ def llama_reference(model_dir: Path, prompts: list[str], n: int, raw: bool = Fal
     return json.loads(out.stdout)
 
 
+COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
+        "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
+
+
 @pytest.fixture(scope="module")
-def reference(real_model: Path) -> list[dict[str, Any]]:
-    return llama_reference(real_model, PROMPTS, N)
+def references(real_model: Path) -> list[dict[str, Any]]:
+    """llama.cpp's own answers to PROMPTS and then to COPY (one subprocess, one model load)."""
+    return llama_reference(real_model, [*PROMPTS, COPY], N)
+
+
+@pytest.fixture(scope="module")
+def reference(references) -> list[dict[str, Any]]:
+    return references[:len(PROMPTS)]
 
 
 @pytest.fixture(scope="module")
@@ -242,10 +252,6 @@ def test_a_runner_killed_mid_stream_ends_the_stream_with_an_error(llama_node):
     assert status == 200
 
 
-COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
-        "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
-
-
 @pytest.fixture(scope="module")
 def lookup_node(module_nodes, real_model):
     """A node whose llama.cpp runner speculates by prompt lookup (`llama_node` is the control)."""
@@ -257,18 +263,18 @@ def lookup_node(module_nodes, real_model):
     return node
 
 
-def test_prompt_lookup_speculation_keeps_llama_cpps_answers(lookup_node, llama_node, reference, real_model):
+def test_prompt_lookup_speculation_keeps_llama_cpps_answers(lookup_node, llama_node, references):
     """Drafts from the prompt, verified in one llama_decode: the greedy answers stay llama.cpp's
     own (up to a near-tie, as for eight rows at once), a copying answer keeps drafts, and so does
     a sampled one."""
     runners = http_json(f"{lookup_node.url}/state")[1]["runners"]
     assert [r["RunnerReady"]["speculation"] for r in runners.values() if "RunnerReady" in r] == \
         ["prompt_lookup x4, up to 1 stream"], runners
-    for prompt, ref in zip(PROMPTS, reference):
+    for prompt, ref in zip(PROMPTS, references):
         status, reply = bc.complete(lookup_node.url, ask(prompt, logprobs=True))
         assert status == 200 and disagreement(content(reply), ref, reply) == "", (prompt, reply)
-    (copy_ref,) = llama_reference(real_model, [COPY], 60)
-    copy = ask(COPY, max_tokens=60, logprobs=True)
+    copy_ref = references[len(PROMPTS)]
+    copy = ask(COPY, logprobs=True)
     status, spec = bc.complete(lookup_node.url, copy)
     assert status == 200 and disagreement(content(spec), copy_ref, spec) == "", spec
     kept = spec["usage"]["completion_tokens_details"]["accepted_prediction_tokens"]
