@@ -91,7 +91,7 @@ class Election:
     members: frozenset[str] = frozenset()
     followers: set[str] = field(default_factory=set)
     state_session: str = ""  # the session this node's state comes from (the last it led or followed)
-    had_state: bool = False  # `boot(has_state=...)`: the process began with a saved state
+    boots_empty: bool = False  # `boot(has_state=False)`: the process began with no saved state
     fresh: bool = False  # the session it leads was opened at boot, alone, with no state
     last_call: float | None = None  # `now` of the last tick, membership or announce: a gap is a freeze
     booting_until: float | None = None  # `boot(wait_s=...)`: until the first membership says who is there
@@ -107,17 +107,17 @@ class Election:
         """Lead alone at once, or (`wait_s`) once the first membership shows this node alone or
         `wait_s` passes in silence; a membership with peers makes it campaign instead.
         `has_state`: the process began with a saved state (its session is not a fresh one)."""
-        self.clock, self.had_state = 1, has_state
+        self.clock, self.boots_empty = 1, not has_state
         if wait_s > 0:
             self.booting_until = now + wait_s
             return []
-        return self._win(now, 1, fresh=not has_state)
+        return self._win(now, 1, fresh=self.boots_empty)
 
     def _booted(self, now: float, last_idx: int) -> list[Action]:
         self.booting_until = None
         if self.members - {self.node_id}:
             return self.start(now, last_idx)
-        return self._win(now, 1, fresh=not self.had_state)
+        return self._win(now, 1, fresh=self.boots_empty)
 
     def _win(self, now: float, size: int, fresh: bool = False) -> list[Action]:
         self.booting_until = None
@@ -197,7 +197,6 @@ class Election:
             return []
         if self.is_leader and theirs < self.key():
             return []  # we outrank it; it follows us when it hears our announce
-
         if self.leader == msg.node_id and self.session == msg.session:
             self.leader_seen, self.leader_key = now, theirs
             return []

@@ -59,12 +59,16 @@ def reference(references) -> list[dict[str, Any]]:
     return references[:len(PROMPTS)]
 
 
+def compute_threads() -> int:
+    """Beside another test file (pytest-xdist) one compute thread: two would fight that file for
+    both cores (0: one per core)."""
+    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
+
+
 @pytest.fixture(scope="module")
 def llama_node(module_nodes, real_model):
-    # Beside another test file (pytest-xdist) one compute thread: two would fight that file for both cores.
-    threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
-    node = module_nodes("llama", args=("--place", REAL), models={REAL_DIR: real_model},
-                        config={"runner": {"threads": threads}, **NO_RESUME})  # a killed runner's error is tested
+    node = module_nodes("llama", args=("--place", REAL), models={REAL_DIR: real_model},  # NO_RESUME: a killed
+                        config={"runner": {"threads": compute_threads()}, **NO_RESUME})  # runner's error is tested
     wait_model_ready(node, timeout=180)
     return node
 
@@ -255,9 +259,8 @@ def test_a_runner_killed_mid_stream_ends_the_stream_with_an_error(llama_node):
 @pytest.fixture(scope="module")
 def lookup_node(module_nodes, real_model):
     """A node whose llama.cpp runner speculates by prompt lookup (`llama_node` is the control)."""
-    threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
     node = module_nodes("lookup", args=("--place", REAL), models={REAL_DIR: real_model},
-                        config={"runner": {"threads": threads},
+                        config={"runner": {"threads": compute_threads()},
                                 "speculative": {"mode": "prompt_lookup", "num_draft_tokens": 4}})
     wait_model_ready(node, timeout=180)
     return node
