@@ -153,13 +153,19 @@ def cmd_tap(ns: argparse.Namespace) -> int:
 
 
 def cmd_model_wait(ns: argparse.Namespace) -> int:
-    """Wait until MODEL is served by the node at --url (long-polls /state; no sleep loop)."""
-    from skulk.scripts.http_client import instance_ready, wait_for_state
+    """Wait until MODEL is served by the node at --url (long-polls /state; no sleep loop); fail
+    at once, with the reason, when its instance is deleted and nothing will re-create it."""
+    import time
+
+    from skulk.scripts.http_client import GivenUp, model_ready, wait_for_state
 
     try:
-        wait_for_state(ns.url, instance_ready(model=ns.model), ns.timeout)
+        wait_for_state(ns.url, model_ready(ns.model, time.time()), ns.timeout)
     except TimeoutError as exc:
         print(f"{ns.model} not ready: {exc}", file=sys.stderr)
+        return 1
+    except GivenUp as exc:
+        print(f"{ns.model} will not be ready: {exc}", file=sys.stderr)
         return 1
     print(f"{ns.model} is ready")
     return 0

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from skulk.cluster.state import SERVING_KINDS
@@ -62,3 +63,44 @@ def instance_ready(instance_id: str | None = None, model: str | None = None) -> 
                 return iid
         return None
     return check
+
+
+class GivenUp(Exception):
+    """The model's instance is gone for good (a crash loop, placement abandoned, deleted): waiting
+    longer would only wait out the deadline. The message is the reason /state gives."""
+
+
+def given_up_reason(state: dict[str, Any], model: str, old: set[str]) -> str | None:
+    """Why `model` will not come up (pure): it has no instance and a deletion note not in `old`
+    says it was deleted with no re-creation pending; None while it has one or may get one."""
+    if any(next(iter(inst.values()))["shardAssignments"]["modelId"] == model for inst in state["instances"].values()):
+        return None
+    gone = [d for i, d in (state.get("deletedInstances") or {}).items()
+            if i not in old and d.get("modelId") == model and not d.get("recreateAt") and not d.get("replacedBy")]
+    return max(gone, key=lambda d: str(d.get("deletedAt") or ""))["reason"] if gone else None
+
+
+def model_ready(model: str, since_wall: float) -> Callable[[dict[str, Any]], Any]:
+    """A `wait_for_state` check: an instance of `model` is ready (its id); raises GivenUp when
+    the model was deleted after `since_wall` (or after the first look) and nothing will re-create it."""
+    ready = instance_ready(model=model)
+    old: set[str] | None = None
+
+    def check(state: dict[str, Any]) -> Any:
+        nonlocal old
+        if iid := ready(state):
+            return iid
+        notes = state.get("deletedInstances") or {}
+        if old is None:  # notes from before the wait began are history, not this wait's answer
+            old = {i for i, d in notes.items() if _wall(d.get("deletedAt")) < since_wall}
+        if (reason := given_up_reason(state, model, old)) is not None:
+            raise GivenUp(reason)
+        return None
+    return check
+
+
+def _wall(iso: str | None) -> float:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else 0.0
+    except ValueError:
+        return 0.0

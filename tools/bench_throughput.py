@@ -223,7 +223,7 @@ def llama_server(model_dir: Path, log: Path, slots: int) -> Server:
     port = free_port()
     argv = [str(build_llama_server()), "-m", str(model_dir / "model.gguf"), "--host", "127.0.0.1",
             "--port", str(port), "-np", str(slots), "-c", "16384", "-t", str(len(os.sched_getaffinity(0))),
-            "--no-webui"]
+            "-ngl", "999", "--no-webui"]  # every layer on the GPU where it is built for one (a CPU build ignores it)
 
     def ready(s: Server) -> None:
         deadline = time.monotonic() + 300

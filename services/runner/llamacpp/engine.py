@@ -61,6 +61,8 @@ CACHE_SEQUENCES = 8
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 UBATCH = 512
 FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick on a CPU
+FLASH_ATTN_GPU = -1  # LLAMA_FLASH_ATTN_TYPE_AUTO: on a GPU llama.cpp asks the backend (a build without its
+# flash-attention kernels would run the op on the CPU if it were forced on)
 DEFAULT_SPEC = SpecSettings()  # frozen: one shared default is safe
 
 
@@ -126,10 +128,16 @@ class LlamaCppEngine:
         if not gguf.is_file():
             raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
         gpu = bool(llama_cpp.llama_supports_gpu_offload())
-        with ThreadPoolExecutor(1, thread_name_prefix="tokenizer") as beside:  # Python beside llama.cpp's C load
-            tokenizer = beside.submit(self._load_tokenizer)
+        if gpu:  # one after the other: the tokenizer's transformers import may load torch and its own CUDA
+            # libraries, which should not happen while llama.cpp loads its CUDA backend (a runner
+            # loading both at once died of SIGSEGV on an H200; the cause was not isolated)
+            self.tokenizer = self._load_tokenizer()
             self._load_llama(llama_cpp, gguf, gpu)
-            self.tokenizer = tokenizer.result()  # the chat template and output markers
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="tokenizer") as beside:  # Python beside llama.cpp's C load
+                tokenizer = beside.submit(self._load_tokenizer)
+                self._load_llama(llama_cpp, gguf, gpu)
+                self.tokenizer = tokenizer.result()  # the chat template and output markers
         size = int(llama_cpp.llama_model_size(self.model))
         self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads, "
                      f"{size / 2**20:.0f} MiB weights, KV {self.kv_tokens} tokens")
@@ -161,7 +169,7 @@ class LlamaCppEngine:
         cparams.kv_unified = True
         cparams.n_threads = cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
-        cparams.flash_attn_type = FLASH_ATTN
+        cparams.flash_attn_type = FLASH_ATTN_GPU if gpu else FLASH_ATTN
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise LlamaLoadError(f"llama.cpp cannot make a context of {self.kv_tokens} tokens for {gguf.name}")
