@@ -1,18 +1,21 @@
-"""Import a GGUF checkpoint (llama.cpp's and Ollama's format) as an MLX model directory.
+"""Import a GGUF checkpoint (llama.cpp's and Ollama's format) as a model directory.
 
-mlx reads GGUF itself (`mx.load`): F32 and F16 tensors as they are, Q4_0, Q4_1 and Q8_0 already in
-mlx's own quantized layout (uint32 `weight`, float16 `scales` and `biases`, groups of 32). What
-this adds: llama.cpp's tensor names mapped onto mlx-lm's (`blk.N.attn_q` ->
-`model.layers.N.self_attn.q_proj`), `config.json` from the `<arch>.*` metadata (with the
-quantization per layer where bits differ), the tokenizer from `tokenizer.ggml.*`
-(`gguf_tokenizer.py`), and a model card (`README.md`). llama.cpp's converter permutes the rows of
-Q and K for its interleaved rotary embedding: `rope_traditional` makes mlx-lm rotate the same way
-(llama family); qwen2 is stored unpermuted. Other architectures, tensor types mlx cannot read
-(the K-quants) and unknown tensor names are refused by name. The result is written beside the
-destination and renamed into place (`fetch.install_dir`), so nothing half-written is left.
+The metadata and the tensor list are read with llama.cpp's own `gguf` package (no tensor data is
+loaded). Where mlx can read every tensor (F32, F16, BF16, Q4_0, Q4_1, Q8_0: `mx.load` gives the
+quantized ones in mlx's own layout, uint32 `weight`, float16 `scales` and `biases`, groups of
+32), the directory gets MLX weights: llama.cpp's tensor names mapped onto mlx-lm's
+(`blk.N.attn_q` -> `model.layers.N.self_attn.q_proj`), with the quantization per layer where bits
+differ. llama.cpp's converter permutes the rows of Q and K for its interleaved rotary embedding:
+`rope_traditional` makes mlx-lm rotate the same way (llama family); qwen2 is stored unpermuted.
+Where it cannot (the K-quants, the IQ types: most GGUF files people download), the directory is
+for llama.cpp only: no MLX weights, the card lists the llama.cpp engine alone. Either way it gets
+`config.json` from the `<arch>.*` metadata, the tokenizer from `tokenizer.ggml.*`
+(`gguf_tokenizer.py`), a model card (`README.md`) and the GGUF file itself. Other architectures
+and unknown tensor names are refused by name. The result is written beside the destination and
+renamed into place (`fetch.install_dir`), so nothing half-written is left.
 
-mlx is imported by the functions, not the module: the store role imports this module's caller
-without ever loading mlx; an import runs in the CLI (`skulk model add`).
+mlx and gguf are imported by the functions, not the module: the store role imports this module's
+caller without ever loading them; an import runs in the CLI (`skulk model add`).
 """
 
 from __future__ import annotations
@@ -43,12 +46,6 @@ GROUP_SIZE = 32  # every GGUF block type mlx reads quantizes in groups of 32
 
 class GGUFError(ValueError):
     """The file cannot be imported; the message names the file and the reason."""
-
-
-@dataclass(frozen=True, slots=True)
-class Imported:
-    config: dict[str, Any]
-    weights: dict[str, Any]
 
 
 def mlx_name(name: str) -> str | None:
@@ -84,31 +81,42 @@ def quantization(weights: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def convert(path: Path) -> tuple[Imported, dict[str, Any]]:
-    """The file as mlx-lm weights and config, and its metadata (GGUFError on anything else)."""
-    import mlx.core as mx
+MLX_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"})
+"""GGUF tensor types `mx.load` reads; a file with any other is imported for llama.cpp only."""
 
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    meta: dict[str, Any]
+    tensors: dict[str, str]  # llama.cpp tensor name -> GGUF type name ("Q4_K", "F32", ...)
+
+
+def read_header(path: Path) -> Header:
+    """The file's metadata and tensor types (GGUFError for a file that is not GGUF or is cut short)."""
     try:
-        # return_metadata=True always gives (tensors, metadata): mlx's stub types all formats' results as one union
-        raw, meta = cast("tuple[dict[str, mx.array], dict[str, Any]]",
-                         mx.load(str(path), format="gguf", return_metadata=True))
-    except Exception as exc:  # noqa: BLE001 - mlx reports a bad file as RuntimeError/ValueError
-        raise GGUFError(f"{path.name}: not a GGUF file mlx can read ({exc})") from None
+        import gguf
+
+        reader = gguf.GGUFReader(path)
+        meta = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("GGUF.")}
+        tensors = {t.name: t.tensor_type.name for t in reader.tensors}
+    except Exception as exc:  # noqa: BLE001 - the reader reports a bad file as ValueError/IndexError/...
+        raise GGUFError(f"{path.name}: not a GGUF file that can be read ({type(exc).__name__}: {exc})") from None
+    return Header(meta, tensors)
+
+
+def _config(path: Path, header: Header) -> dict[str, Any]:
+    """mlx-lm's config.json for the file's architecture (GGUFError on anything unsupported)."""
+    meta = header.meta
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise GGUFError(f"{path.name}: architecture {arch!r} is not supported "
                         f"(supported: {', '.join(sorted(ARCHITECTURES))})")
-    model_type, traditional = ARCHITECTURES[arch]
-    weights: dict[str, Any] = {}
-    for name, array in raw.items():
-        target = mlx_name(name)
-        if target is None:
+    for name in header.tensors:
+        if mlx_name(name) is None:
             raise GGUFError(f"{path.name}: tensor {name!r} has no place in a {arch} model")
-        if array.dtype not in (mx.float32, mx.float16, mx.bfloat16, mx.uint32):
-            raise GGUFError(f"{path.name}: tensor {name!r} has type {array.dtype}, which mlx cannot use here")
-        weights[target] = array
-    if "model.embed_tokens.weight" not in weights:
+    if "token_embd.weight" not in header.tensors:
         raise GGUFError(f"{path.name}: no token_embd tensor")
+    model_type, traditional = ARCHITECTURES[arch]
     heads = _num(meta, f"{arch}.attention.head_count")
     hidden = _num(meta, f"{arch}.embedding_length")
     layers = _num(meta, f"{arch}.block_count")
@@ -126,30 +134,58 @@ def convert(path: Path) -> tuple[Imported, dict[str, Any]]:
         "max_position_embeddings": _num(meta, f"{arch}.context_length") or 4096,
         "rope_theta": _num(meta, f"{arch}.rope.freq_base", float) or 10000.0,
         "rope_traditional": traditional,
-        "tie_word_embeddings": "lm_head.weight" not in weights,
+        "tie_word_embeddings": "output.weight" not in header.tensors,
         "torch_dtype": "float16",
     }
     if (head_dim := _num(meta, f"{arch}.attention.key_length")) and head_dim != hidden // heads:
         config["head_dim"] = head_dim
-    if (quant := quantization(weights)) is not None:
-        config["quantization"] = quant
-    return Imported(config, weights), meta
+    return config
+
+
+def not_for_mlx(header: Header) -> list[str]:
+    """The file's tensor types mlx cannot read, most common first ([]: mlx reads them all)."""
+    kinds = [t for t in header.tensors.values() if t not in MLX_TYPES]
+    return sorted(set(kinds), key=lambda t: (-kinds.count(t), t))
+
+
+def mlx_weights(path: Path) -> dict[str, Any]:
+    """The file's tensors under mlx-lm's names (GGUFError where mlx fails on them)."""
+    import mlx.core as mx
+
+    try:
+        raw = cast("dict[str, mx.array]", mx.load(str(path), format="gguf"))
+    except Exception as exc:  # noqa: BLE001 - mlx reports a bad file as RuntimeError/ValueError
+        raise GGUFError(f"{path.name}: mlx cannot read its tensors ({exc})") from None
+    weights: dict[str, Any] = {}
+    for name, array in raw.items():
+        if array.dtype not in (mx.float32, mx.float16, mx.bfloat16, mx.uint32):
+            raise GGUFError(f"{path.name}: tensor {name!r} has type {array.dtype}, which mlx cannot use here")
+        weights[cast(str, mlx_name(name))] = array
+    return weights
 
 
 def write_dir(path: Path, out: Path, model_id: str) -> dict[str, Any]:
     """Convert `path` into the model directory `out` (created); its config."""
-    import mlx.core as mx
-
-    imported, meta = convert(path)
-    config = dict(imported.config)
+    header = read_header(path)
+    config = _config(path, header)
+    llama_only = not_for_mlx(header)
     try:
-        ids = build(meta, out, int(config["max_position_embeddings"]))
+        ids = build(header.meta, out, int(config["max_position_embeddings"]))
     except TokenizerError as exc:
         raise GGUFError(f"{path.name}: {exc}") from None
     config.update({k: v for k, v in (("bos_token_id", ids["bos"]), ("eos_token_id", ids["eos"])) if v is not None})
-    mx.save_safetensors(str(out / "model.safetensors"), imported.weights, metadata={"format": "mlx"})
+    if llama_only:  # no MLX weights: the card offers llama.cpp alone, and says why
+        config["torch_dtype"] = llama_only[0].lower()
+        config["gguf_only"] = f"mlx cannot read {', '.join(llama_only)} tensors"
+    else:
+        import mlx.core as mx
+
+        weights = mlx_weights(path)
+        if (quant := quantization(weights)) is not None:
+            config["quantization"] = quant
+        mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "README.md").write_text(card_text(path, model_id, config, meta))
+    (out / "README.md").write_text(card_text(path, model_id, config, header.meta))
     keep_gguf(path, out / GGUF_FILE)
     return config
 
@@ -172,7 +208,9 @@ def card_text(path: Path, model_id: str, config: dict[str, Any], meta: dict[str,
              f"- architecture: {config['model_type']} ({config['num_hidden_layers']} layers, hidden "
              f"{config['hidden_size']}, {config['num_attention_heads']} heads, "
              f"{config['num_key_value_heads']} kv heads, vocabulary {config['vocab_size']})",
-             "- weights: " + (f"{quant['bits']}-bit, groups of {quant['group_size']}" if quant else "unquantized"),
+             "- weights: " + (f"{quant['bits']}-bit, groups of {quant['group_size']}" if quant
+                              else f"GGUF only, for llama.cpp ({config['gguf_only']})" if config.get("gguf_only")
+                              else "unquantized"),
              f"- context: {config['max_position_embeddings']} tokens"]
     lines += [f"- {k.split('.', 1)[1]}: {v}" for k, v in fields.items()]
     return "\n".join(lines) + "\n"

@@ -150,8 +150,10 @@ def card_from_dir(directory: Path) -> ModelCard:
     sub = config.get("text_config")
     text: dict[str, Any] = sub if isinstance(sub, dict) else config
     weights = sorted(directory.glob("*.safetensors"))
-    if not weights:
-        raise ModelDirError(f"{directory.name}: no *.safetensors weights")
+    gguf = directory / GGUF_FILE  # llama.cpp runs the file (text generation only)
+    gguf_only = not weights and gguf.is_file()  # a GGUF mlx cannot read: llama.cpp's alone
+    if not weights and not gguf_only:
+        raise ModelDirError(f"{directory.name}: no *.safetensors weights (and no {GGUF_FILE})")
     try:
         n_layers = int(text["num_hidden_layers"])
         hidden = int(text["hidden_size"])
@@ -166,12 +168,14 @@ def card_from_dir(directory: Path) -> ModelCard:
     else:
         quantization = str(config.get("torch_dtype") or "unknown")
     family = str(config.get("model_type", "unknown"))
-    gguf = directory / GGUF_FILE  # llama.cpp runs the file (text generation only)
     embedding = is_embedding_dir(directory)
+    if gguf_only and embedding:
+        raise ModelDirError(f"{directory.name}: an embedding model needs MLX weights (llama.cpp serves generation)")
+    mlx = () if gguf_only else (EngineKind.MLX.value,)
     return ModelCard(
         model_id=model_id,
-        storage_size_bytes=sum(w.stat().st_size for w in weights),
-        runtime_bytes=runtime_bytes(weights, config),
+        storage_size_bytes=gguf.stat().st_size if gguf_only else sum(w.stat().st_size for w in weights),
+        runtime_bytes=gguf.stat().st_size if gguf_only else runtime_bytes(weights, config),
         n_layers=n_layers, hidden_size=hidden,
         num_key_value_heads=int(kv) if isinstance(kv, int) else None,
         supports_tensor=family in TENSOR_FAMILIES,
@@ -180,7 +184,7 @@ def card_from_dir(directory: Path) -> ModelCard:
         family=family, quantization=quantization,
         tasks=((ModelTask.TEXT_EMBEDDING if embedding else ModelTask.TEXT_GENERATION).value,),
         companions=companions_of(directory), drafter=drafter_of(directory),
-        engines=(EngineKind.MLX.value,) + ((EngineKind.LLAMA_CPP.value,) if gguf.is_file() and not embedding else ()),
+        engines=mlx + ((EngineKind.LLAMA_CPP.value,) if gguf.is_file() and not embedding else ()),
         gguf_bytes=gguf.stat().st_size if gguf.is_file() else 0)
 
 

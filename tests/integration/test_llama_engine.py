@@ -315,3 +315,40 @@ def test_a_gguf_llama_cpp_cannot_load_is_served_by_mlx_instead(nodes, real_model
     status, reply = bc.complete(node.url, ask(PROMPTS[0]))
     assert status == 200 and content(reply), reply
     assert node.status()["runners"].restarts == 0  # no crash loop: one refusal, one placement
+
+
+QUANTIZE = ("import sys, llama_cpp; p = llama_cpp.llama_model_quantize_default_params(); "
+            "p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M; p.allow_requantize = True; "
+            "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))")
+
+
+def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_model, tmp_path):
+    """The GGUF files people download are mostly K-quants, which mlx cannot read: `skulk model add`
+    imports one for llama.cpp alone (no MLX weights), the card says so, MLX is refused with the
+    reason, and a node serves it through llama.cpp with llama.cpp's own answer."""
+    k_quant = tmp_path / "smollm2.Q4_K_M.gguf"
+    subprocess.run([sys.executable, "-c", QUANTIZE, str(real_model / "model.gguf"), str(k_quant)],
+                   check=True, capture_output=True, timeout=patience(120))
+    home = tmp_path / "import-home"
+    added = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(k_quant),
+                            "--id", "local/smollm2-k", "--home", str(home)],
+                           capture_output=True, text=True, timeout=patience(120))
+    assert added.returncode == 0, added.stderr
+    model_dir = home / "models" / "local--smollm2-k"
+    assert not list(model_dir.glob("*.safetensors")) and (model_dir / "model.gguf").is_file()
+    assert "GGUF only, for llama.cpp (mlx cannot read Q" in (model_dir / "README.md").read_text()
+    assert not (home / "models" / ".partial").exists() or not any((home / "models" / ".partial").iterdir())
+
+    ref = llama_reference(model_dir, [PROMPTS[0]], N)[0]
+    node = nodes(args=("--place", "local/smollm2-k"), models={"local--smollm2-k": model_dir},
+                 config={"runner": {"threads": compute_threads()}})
+    wait_model_ready(node, timeout=180)
+    _, state = http_json(f"{node.url}/state")
+    (inst,) = state["instances"].values()
+    assert inst["MlxRingInstance"]["engine"] == "llama_cpp"
+    _, models = http_json(f"{node.url}/v1/models")
+    assert any(m["id"] == "local/smollm2-k" for m in models["data"]), models
+    status, reply = bc.complete(node.url, {**ask(PROMPTS[0], logprobs=True), "model": "local/smollm2-k"})
+    assert status == 200 and disagreement(content(reply), ref, reply) == "", reply
+    status, refused = http_json(f"{node.url}/place_instance", {"model_id": "local/smollm2-k", "engine": "mlx"})
+    assert status == 400 and "no MLX weights" in json.dumps(refused), (status, refused)

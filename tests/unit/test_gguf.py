@@ -92,3 +92,19 @@ def test_the_tokenizer_is_built_from_the_metadata(tmp_path: Path):
 def test_tokenizers_it_cannot_build_are_refused_by_name(tmp_path: Path, extra, needle):
     with pytest.raises(gguf_tokenizer.TokenizerError, match=needle):
         gguf_tokenizer.build(tiny_meta(**extra), tmp_path, 8192)
+
+
+def test_a_directory_with_a_gguf_and_no_mlx_weights_is_for_llama_cpp_alone(tmp_path: Path):
+    from skulk.node.model_cards import card_from_dir
+    from skulk.wire.models import ModelDirError
+
+    d = tmp_path / "local--k"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+                                               "torch_dtype": "q4_k"}))
+    with pytest.raises(ModelDirError, match="no \\*.safetensors weights \\(and no model.gguf\\)"):
+        card_from_dir(d)
+    (d / "model.gguf").write_bytes(b"GGUF" + bytes(1000))
+    card = card_from_dir(d)
+    assert card.engines == ("llama_cpp",) and card.quantization == "q4_k"
+    assert card.storage_size_bytes == card.gguf_bytes == 1004
