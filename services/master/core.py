@@ -108,7 +108,10 @@ class MasterCore:
     # every part it asks; the effects come back in order.
     def boot(self, now: Instant, wait_s: float = BOOT_WAIT_S) -> list[Effect]:
         turn = Turn(now)
-        has_state = bool(self.s.state.session) or self.s.state.last_event_applied_idx >= 0
+        state = self.s.state
+        has_state = bool(state.session) or state.last_event_applied_idx >= 0
+        if has_state and not knows_peers(state, self.s.node_id):
+            wait_s = 0.0  # a lone node restarted: it was its whole cluster, it leads again at once
         self._act(turn, self.election.boot(now.mono, wait_s=wait_s, has_state=has_state))
         self.own.back_from_restart(turn)  # a lone node's saved state carries the mark of its restart
         return turn.out
@@ -337,3 +340,11 @@ class MasterCore:
 
 def _answer(turn: Turn, envelope: list[bytes] | None, reply: Message) -> None:
     turn.out.append(Answer(Channel.LOCAL, envelope, reply))
+
+
+def knows_peers(state: State, node_id: str) -> bool:
+    """Whether a saved state names another node (a member, or a runner's host): a node restarted
+    with such a state waits for its first membership to see who is still there; one that was alone
+    has no one to wait for."""
+    return bool(set(state.nodes) - {node_id}) or any(
+        n != node_id for inst in state.instances.values() for n in inst.node_to_runner)

@@ -4,7 +4,8 @@
   (upstream's instant initial campaign), so it serves at once. With peers (a master restarted
   inside a running cluster, a node joining one) it campaigns instead: it never opens an empty
   session that its own node's API and worker would follow (they would drop every instance and
-  its runners). The first membership is awaited for at most `BOOT_WAIT_S`.
+  its runners). The first membership is awaited for at most `BOOT_WAIT_S` (the core skips the
+  wait for a node restarted with a saved state that names no other node: it was alone).
 - Meeting: leaders announce `(seniority, clock, commands, node id)` every 0.5 s; a leader that
   hears a higher key steps down and follows (commands: state-changing commands it executed, so
   a lone node that was placed on is not deposed by a fresh one, whose state would win). A

@@ -171,6 +171,26 @@ def test_a_lone_node_restarted_in_place_keeps_its_instances():
     assert sim.leaders() == ["a"] and len(sim.cores["a"].state.instances) == 1
 
 
+def test_a_node_restarted_alone_leads_at_boot_and_one_with_peers_waits_for_its_membership():
+    """A lone node's saved state names no one else: nobody to wait for, it leads at once (its
+    runners start 1.5 s sooner than after gossip's first membership). A state that names peers
+    waits to see who is still there."""
+    sim = Sim(["a"])
+    sim.run(0.2)
+    place(sim, "a", "p1")
+    lone = carried_over(sim.cores["a"].state, "a", age_s=1.0)
+    core = MasterCore(CoreSettings(node_id="a"), lambda: "x", saved=lone)
+    core.boot(Instant(0, 0))
+    assert core.election.is_leader and len(core.state.instances) == 1
+    sim = Sim(["a", "b"])
+    leader = sim.until_settled(within_s=3.0)
+    place(sim, leader, "p1")
+    with_peers = carried_over(sim.cores[leader].state, leader, age_s=1.0)
+    core = MasterCore(CoreSettings(node_id=leader), lambda: "x", saved=with_peers)
+    core.boot(Instant(0, 0))
+    assert not core.election.is_leader and core.election.booting_until is not None
+
+
 def test_a_drain_waits_for_the_mark_and_the_open_task_then_tells_the_supervisor_once():
     draining = {n: CoreSettings(node_id=n, drain_timeout_s=30.0) for n in "ab"}
     sim = Sim(["a", "b"], settings=draining)
