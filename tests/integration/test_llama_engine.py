@@ -339,8 +339,15 @@ def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_m
     assert "GGUF only, for llama.cpp (mlx cannot read Q" in (model_dir / "README.md").read_text()
     assert not (home / "models" / ".partial").exists() or not any((home / "models" / ".partial").iterdir())
 
+    damaged = tmp_path / "local--smollm2-cut"  # the same directory, its GGUF cut short
+    damaged.mkdir()
+    for entry in model_dir.iterdir():
+        (damaged / entry.name).write_bytes(entry.read_bytes()[:1 << 20] if entry.name == "model.gguf"
+                                           else entry.read_bytes())
+
     ref = llama_reference(model_dir, [PROMPTS[0]], N)[0]
-    node = nodes(args=("--place", "local/smollm2-k"), models={"local--smollm2-k": model_dir},
+    node = nodes(args=("--place", "local/smollm2-k"), models={"local--smollm2-k": model_dir,
+                                                              "local--smollm2-cut": damaged},
                  config={"runner": {"threads": compute_threads()}})
     wait_model_ready(node, timeout=180)
     _, state = http_json(f"{node.url}/state")
@@ -352,3 +359,14 @@ def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_m
     assert status == 200 and disagreement(content(reply), ref, reply) == "", reply
     status, refused = http_json(f"{node.url}/place_instance", {"model_id": "local/smollm2-k", "engine": "mlx"})
     assert status == 400 and "no MLX weights" in json.dumps(refused), (status, refused)
+
+    # A file llama.cpp cannot load, with no other engine to fall back on: given up at its first
+    # refusal with the reason (no crash loop), and `skulk model wait` says so instead of waiting.
+    status, placed = http_json(f"{node.url}/place_instance", {"model_id": "local/smollm2-cut"})
+    assert status == 200, placed
+    waited = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "wait", "local/smollm2-cut",
+                             "--url", node.url, "--timeout", str(patience(120))],
+                            capture_output=True, text=True, timeout=patience(150))
+    assert waited.returncode == 1 and "will not be ready" in waited.stderr, waited.stderr
+    assert "no other engine can run it" in waited.stderr and "cannot load model.gguf" in waited.stderr, waited.stderr
+    assert node.status()["runners"].restarts == 0
