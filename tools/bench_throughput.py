@@ -256,6 +256,11 @@ def skulk_server(home: Path, model_dir: Path, model: str, config: Path | None, n
     return Server(name, argv, port, model, home / "node.log", ready)
 
 
+def log_tail(s: Server) -> None:
+    tail = s.log.read_text(errors="replace").splitlines()[-30:] if s.log.exists() else []
+    print(f"--- last lines of {s.name}'s log ---", *tail, sep="\n", file=sys.stderr)
+
+
 def python(*args: str) -> str:
     """Run `python ARGS` to completion (offline hub; raises if it fails) and return its stdout."""
     return subprocess.run([sys.executable, *args], check=True, stdout=subprocess.PIPE, text=True, env=ENV).stdout
@@ -306,9 +311,18 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
 
     sg = None
     try:
-        for s in servers:
+        for s in list(servers):
             print(f"{model}: starting {s.name} on port {s.port}", flush=True)
-            s.start(warm[s.name], ns.tokens)
+            try:
+                s.start(warm[s.name], ns.tokens)
+            except Exception as exc:  # noqa: BLE001 - one server that cannot start leaves the others' figures
+                log_tail(s)
+                print(f"{model}: {s.name} did not start ({exc}): measured without it", flush=True)
+                s.stop()
+                servers.remove(s)
+                runs.pop(s.name)
+        if not servers:
+            raise RuntimeError("no server started")
         if not ns.no_skulk and 1 in levels and not llama:
             out = python("-c", STREAM_GENERATE, str(base_dir), str(ns.tokens), str(ns.repeats), prompts[(1, 0)][0])
             sg = statistics.median(json.loads(out.strip().splitlines()[-1]))
@@ -330,8 +344,7 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
                         measure(s, c, r)
     except Exception:
         for s in servers:
-            tail = s.log.read_text(errors="replace").splitlines()[-30:] if s.log.exists() else []
-            print(f"--- last lines of {s.name}'s log ---", *tail, sep="\n", file=sys.stderr)
+            log_tail(s)
         raise
     finally:
         for s in servers:
