@@ -1,18 +1,20 @@
 """Import a GGUF checkpoint (llama.cpp's and Ollama's format) as a model directory.
 
 The metadata and the tensor list are read with llama.cpp's own `gguf` package (no tensor data is
-loaded). Where mlx can read every tensor (F32, F16, BF16, Q4_0, Q4_1, Q8_0: `mx.load` gives the
+loaded). Where mlx keeps every tensor as it is (F32, F16, Q4_0, Q4_1, Q8_0: `mx.load` gives the
 quantized ones in mlx's own layout, uint32 `weight`, float16 `scales` and `biases`, groups of
-32), the directory gets MLX weights: llama.cpp's tensor names mapped onto mlx-lm's
-(`blk.N.attn_q` -> `model.layers.N.self_attn.q_proj`), with the quantization per layer where bits
-differ. llama.cpp's converter permutes the rows of Q and K for its interleaved rotary embedding:
+32; an embedding or output tensor it widens to float16 is fine), the directory gets MLX
+weights: llama.cpp's tensor names mapped onto mlx-lm's (`blk.N.attn_q` ->
+`model.layers.N.self_attn.q_proj`), with the quantization per layer where bits differ.
+llama.cpp's converter permutes the rows of Q and K for its interleaved rotary embedding:
 `rope_traditional` makes mlx-lm rotate the same way (llama family); qwen2 is stored unpermuted.
-Where it cannot (the K-quants, the IQ types: most GGUF files people download), the directory is
-for llama.cpp only: no MLX weights, the card lists the llama.cpp engine alone. Either way it gets
-`config.json` from the `<arch>.*` metadata, the tokenizer from `tokenizer.ggml.*`
-(`gguf_tokenizer.py`), a model card (`README.md`) and the GGUF file itself. Other architectures
-and unknown tensor names are refused by name. The result is written beside the destination and
-renamed into place (`fetch.install_dir`), so nothing half-written is left.
+Where it cannot (the K-quants, Q5_0, BF16, the IQ types: most GGUF files people download), the
+directory is for llama.cpp only: no MLX weights, the card lists the llama.cpp engine alone.
+Either way it gets `config.json` from the `<arch>.*` metadata, the tokenizer from
+`tokenizer.ggml.*` (`gguf_tokenizer.py`), a model card (`README.md`) and the GGUF file itself.
+Other architectures, and (for MLX weights) unknown tensor names, are refused by name. The result
+is written beside the destination and renamed into place (`fetch.install_dir`), so nothing
+half-written is left.
 
 mlx and gguf are imported by the functions, not the module: the store role imports this module's
 caller without ever loading them; an import runs in the CLI (`skulk model add`).
@@ -81,8 +83,14 @@ def quantization(weights: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-MLX_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"})
-"""GGUF tensor types `mx.load` reads; a file with any other is imported for llama.cpp only."""
+MLX_LAYOUT = frozenset({"F32", "F16", "Q4_0", "Q4_1", "Q8_0"})
+"""GGUF tensor types mlx keeps as they are (the quantized ones in its own layout)."""
+MLX_WIDENS = frozenset({"BF16", "Q4_K", "Q6_K"})
+"""Types `mx.load` reads only by widening them to float16 (others, e.g. Q5_0, Q5_K, Q3_K, the IQ
+types, it refuses): fine for the embedding and output tensors that llama-quantize keeps wider in
+a Q4_0 file, not for every layer (a float16 copy three times the file's size, BF16's range lost)."""
+EDGE_TENSORS = frozenset({"token_embd.weight", "output.weight"})
+GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,25 +101,29 @@ class Header:
 
 def read_header(path: Path) -> Header:
     """The file's metadata and tensor types (GGUFError for a file that is not GGUF or is cut short)."""
-    try:
-        import gguf
+    import gguf
 
+    try:
         reader = gguf.GGUFReader(path)
         meta = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("GGUF.")}
         tensors = {t.name: t.tensor_type.name for t in reader.tensors}
     except Exception as exc:  # noqa: BLE001 - the reader reports a bad file as ValueError/IndexError/...
-        raise GGUFError(f"{path.name}: not a GGUF file that can be read ({type(exc).__name__}: {exc})") from None
+        with path.open("rb") as f:
+            what = "cut short or damaged" if f.read(4) == GGUF_MAGIC else "no GGUF magic at its start"
+        raise GGUFError(f"{path.name}: not a readable GGUF file ({what}: {exc})") from None
     return Header(meta, tensors)
 
 
-def _config(path: Path, header: Header) -> dict[str, Any]:
-    """mlx-lm's config.json for the file's architecture (GGUFError on anything unsupported)."""
+def _config(path: Path, header: Header, for_mlx: bool) -> dict[str, Any]:
+    """mlx-lm's config.json for the file's architecture (GGUFError on anything unsupported);
+    `for_mlx`: every tensor must have a place in mlx-lm's model (llama.cpp alone reads others,
+    such as Llama 3.1's `rope_freqs`)."""
     meta = header.meta
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise GGUFError(f"{path.name}: architecture {arch!r} is not supported "
                         f"(supported: {', '.join(sorted(ARCHITECTURES))})")
-    for name in header.tensors:
+    for name in header.tensors if for_mlx else ():
         if mlx_name(name) is None:
             raise GGUFError(f"{path.name}: tensor {name!r} has no place in a {arch} model")
     if "token_embd.weight" not in header.tensors:
@@ -143,9 +155,21 @@ def _config(path: Path, header: Header) -> dict[str, Any]:
 
 
 def not_for_mlx(header: Header) -> list[str]:
-    """The file's tensor types mlx cannot read, most common first ([]: mlx reads them all)."""
-    kinds = [t for t in header.tensors.values() if t not in MLX_TYPES]
+    """The file's tensor types mlx has no layout for, most common first ([]: MLX weights are
+    written; a widened embedding or output tensor does not count)."""
+    kinds = [t for name, t in header.tensors.items()
+             if t not in MLX_LAYOUT and not (name in EDGE_TENSORS and t in MLX_WIDENS)]
     return sorted(set(kinds), key=lambda t: (-kinds.count(t), t))
+
+
+def file_type(meta: dict[str, Any]) -> str:
+    """The file's quantization as llama.cpp names it (`general.file_type`: "q4_k_m"), or ""."""
+    import gguf
+
+    try:
+        return gguf.LlamaFileType(int(meta["general.file_type"])).name.removeprefix("MOSTLY_").lower()
+    except (KeyError, TypeError, ValueError):
+        return ""
 
 
 def mlx_weights(path: Path) -> dict[str, Any]:
@@ -167,16 +191,16 @@ def mlx_weights(path: Path) -> dict[str, Any]:
 def write_dir(path: Path, out: Path, model_id: str) -> dict[str, Any]:
     """Convert `path` into the model directory `out` (created); its config."""
     header = read_header(path)
-    config = _config(path, header)
     llama_only = not_for_mlx(header)
+    config = _config(path, header, for_mlx=not llama_only)
     try:
         ids = build(header.meta, out, int(config["max_position_embeddings"]))
     except TokenizerError as exc:
         raise GGUFError(f"{path.name}: {exc}") from None
     config.update({k: v for k, v in (("bos_token_id", ids["bos"]), ("eos_token_id", ids["eos"])) if v is not None})
     if llama_only:  # no MLX weights: the card offers llama.cpp alone, and says why
-        config["torch_dtype"] = llama_only[0].lower()
-        config["gguf_only"] = f"mlx cannot read {', '.join(llama_only)} tensors"
+        config["gguf_quantization"] = file_type(header.meta) or llama_only[0].lower()
+        config["gguf_only"] = f"mlx has no layout of its own for {', '.join(llama_only)}"
     else:
         import mlx.core as mx
 

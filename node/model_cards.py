@@ -166,7 +166,7 @@ def card_from_dir(directory: Path) -> ModelCard:
     if isinstance(quant, dict) and quant.get("bits"):
         quantization = f"{quant['bits']}bit"
     else:
-        quantization = str(config.get("torch_dtype") or "unknown")
+        quantization = str(config.get("gguf_quantization") or config.get("torch_dtype") or "unknown")
     family = str(config.get("model_type", "unknown"))
     embedding = is_embedding_dir(directory)
     if gguf_only and embedding:

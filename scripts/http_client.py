@@ -70,30 +70,34 @@ class GivenUp(Exception):
     longer would only wait out the deadline. The message is the reason /state gives."""
 
 
-def given_up_reason(state: dict[str, Any], model: str, old: set[str]) -> str | None:
-    """Why `model` will not come up (pure): it has no instance and a deletion note not in `old`
-    says it was deleted with no re-creation pending; None while it has one or may get one."""
+SKEW_S = 2.0
+"""A deletion this much older than the wait's start still counts as its answer (the leader's clock
+and this one's may differ a little); older notes are history (another placement's, another
+session's)."""
+
+
+def given_up_reason(state: dict[str, Any], model: str, since_wall: float) -> str | None:
+    """Why `model` will not come up (pure): it has no instance, no re-creation of it is pending,
+    and a deletion note from after `since_wall` says it was deleted; None while it has one or
+    may get one."""
     if any(next(iter(inst.values()))["shardAssignments"]["modelId"] == model for inst in state["instances"].values()):
         return None
-    gone = [d for i, d in (state.get("deletedInstances") or {}).items()
-            if i not in old and d.get("modelId") == model and not d.get("recreateAt") and not d.get("replacedBy")]
-    return max(gone, key=lambda d: str(d.get("deletedAt") or ""))["reason"] if gone else None
+    notes = [d for d in (state.get("deletedInstances") or {}).values() if d.get("modelId") == model]
+    if any(d.get("recreateAt") and not d.get("replacedBy") for d in notes):
+        return None  # a re-creation is due (a back-off, a node lost): it may still come up
+    gone = [d for d in notes if not d.get("replacedBy") and _wall(d.get("deletedAt")) >= since_wall - SKEW_S]
+    return max(gone, key=lambda d: _wall(d.get("deletedAt")))["reason"] if gone else None
 
 
 def model_ready(model: str, since_wall: float) -> Callable[[dict[str, Any]], Any]:
     """A `wait_for_state` check: an instance of `model` is ready (its id); raises GivenUp when
-    the model was deleted after `since_wall` (or after the first look) and nothing will re-create it."""
+    the model was deleted after `since_wall` and nothing will re-create it."""
     ready = instance_ready(model=model)
-    old: set[str] | None = None
 
     def check(state: dict[str, Any]) -> Any:
-        nonlocal old
         if iid := ready(state):
             return iid
-        notes = state.get("deletedInstances") or {}
-        if old is None:  # notes from before the wait began are history, not this wait's answer
-            old = {i for i, d in notes.items() if _wall(d.get("deletedAt")) < since_wall}
-        if (reason := given_up_reason(state, model, old)) is not None:
+        if (reason := given_up_reason(state, model, since_wall)) is not None:
             raise GivenUp(reason)
         return None
     return check

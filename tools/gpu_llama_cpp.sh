@@ -12,7 +12,7 @@
 # given, quantizes it to Q4_0, imports each with `skulk model add` and runs `tools.bench_throughput
 # --engine llama_cpp` on each (1, 8 and 32 concurrent streams, 128 new tokens). Everything it writes
 # goes under $WORK (default /tmp/gpuw); figures and logs under $WORK/out, and $WORK/done at the end.
-set -u
+set -u -o pipefail
 WORK=${WORK:-/tmp/gpuw}
 OUTDIR=$WORK/out
 mkdir -p "$OUTDIR"
@@ -54,14 +54,15 @@ python3 -c "import llama_cpp; print('binding offloads to the GPU:', bool(llama_c
 step "quantize Q4_0"
 "$BIN/llama-quantize" f16.gguf q4_0.gguf Q4_0 "$(nproc)" > "$OUTDIR/quantize.log" 2>&1 || { tail "$OUTDIR/quantize.log"; finish 1; }
 
+status=0
 for q in q4_0 f16; do
   step "import $q"
   python3 -m skulk.scripts.cli model add "$q.gguf" --home home || finish 1
   dir=$(ls -d home/models/*--"$q")
   step "bench $q"
   python3 -m tools.bench_throughput --engine llama_cpp --model-dir "$dir" --concurrency 1,8,32 --tokens 128 \
-    --max-batch 32 --prefill-chunk 2048 2>&1 | tee "$OUTDIR/bench-$q.log"
+    --max-batch 32 --prefill-chunk 2048 2>&1 | tee "$OUTDIR/bench-$q.log" || status=1
   rm -rf "$dir"
 done
-step "done"
-finish 0
+step "done (status $status)"
+finish $status

@@ -13,8 +13,8 @@ imports the result like any GGUF. The file is F16 (norms F32), written one tenso
 (memory: one tensor); `llama-quantize` makes the quantized copies. Weights are drawn on a CUDA
 device when torch has one (an 8B model in seconds), else with numpy.
 
-Uses llama.cpp's own `gguf` package (`gguf-py` in its source tree, on PYTHONPATH), which is no
-dependency of the project: this is a benchmark tool for a machine where llama.cpp is built.
+Uses llama.cpp's own `gguf` package (a dependency of the project; on a machine without the
+project installed, llama.cpp's source tree has it as `gguf-py`, put on PYTHONPATH).
 """
 
 from __future__ import annotations

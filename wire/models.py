@@ -27,7 +27,8 @@ class EngineKind(StrEnum):
 
 
 GGUF_FILE = "model.gguf"
-"""The GGUF checkpoint an imported model directory keeps beside its MLX weights (llama.cpp runs it)."""
+"""The GGUF checkpoint an imported model directory keeps (llama.cpp runs it), beside its MLX weights
+where mlx can read the file, alone where it cannot."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,8 +49,8 @@ class ModelCard(Message):
     drafter: str = ""  # the companion that drafts for it (`skulk.json` runtime.assistant_model_repo)
     runtime_bytes: int = 0
     """What a runner on the CPU path holds for the weights: every parameter in fp32 (a quantized
-    model is dequantized at load), counted from the safetensors headers; 0: unknown, take the
-    files' size."""
+    model is dequantized at load), counted from the safetensors headers (a GGUF-only model: the
+    file's size, what llama.cpp holds); 0: unknown, take the files' size."""
     engines: tuple[str, ...] = (EngineKind.MLX.value,)  # EngineKinds that can run the checkpoint
     gguf_bytes: int = 0  # the GGUF file's size (what llama.cpp holds for the weights); 0: none
 
@@ -64,7 +65,7 @@ class ModelCard(Message):
 
 
 class ModelDirError(ValueError):
-    """A directory under the models dir that is not a usable MLX model (says why)."""
+    """A directory under the models dir that is not a usable model (says why)."""
 
 
 def dir_name(model_id: str) -> str:

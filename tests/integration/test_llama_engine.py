@@ -336,7 +336,7 @@ def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_m
     assert added.returncode == 0, added.stderr
     model_dir = home / "models" / "local--smollm2-k"
     assert not list(model_dir.glob("*.safetensors")) and (model_dir / "model.gguf").is_file()
-    assert "GGUF only, for llama.cpp (mlx cannot read Q" in (model_dir / "README.md").read_text()
+    assert "GGUF only, for llama.cpp (mlx has no layout of its own for Q" in (model_dir / "README.md").read_text()
     assert not (home / "models" / ".partial").exists() or not any((home / "models" / ".partial").iterdir())
 
     damaged = tmp_path / "local--smollm2-cut"  # the same directory, its GGUF cut short

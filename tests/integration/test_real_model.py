@@ -131,7 +131,7 @@ def test_a_truncated_or_foreign_file_is_refused_at_once_and_leaves_nothing(real_
         out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(bad), "--home", str(home)],
                              capture_output=True, text=True, timeout=120)
         assert (out.returncode == 1
-                and f"local/{bad.stem}: {bad.name}: not a GGUF file mlx can read" in out.stderr), out.stderr
+                and f"local/{bad.stem}: {bad.name}: not a readable GGUF file (" in out.stderr), out.stderr
     assert [p.name for p in (home / "models").iterdir() if not p.name.startswith(".")] == []
     assert not (home / "models" / ".partial").exists()  # nothing left, not even the work root
     again = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(gguf), "--id", REAL,
@@ -150,7 +150,7 @@ def test_the_api_imports_a_gguf_file_on_the_node_and_refuses_bad_ones_cleanly(re
     with open(gguf, "rb") as src, open(cut, "wb") as dst:
         dst.write(src.read(gguf.stat().st_size // 2))
     for body, status, needle in (
-            ({"path": str(cut)}, 400, "not a GGUF file mlx can read"),
+            ({"path": str(cut)}, 400, "not a readable GGUF file (cut short or damaged"),
             ({"path": "relative/file.gguf"}, 400, "not an absolute path"),
             ({"path": str(tmp_path / "nothing.gguf")}, 404, "does not exist on this node"),
             ({"path": str(gguf), "model_id": REAL}, 409, "already in"),

@@ -108,3 +108,17 @@ def test_a_directory_with_a_gguf_and_no_mlx_weights_is_for_llama_cpp_alone(tmp_p
     card = card_from_dir(d)
     assert card.engines == ("llama_cpp",) and card.quantization == "q4_k"
     assert card.storage_size_bytes == card.gguf_bytes == 1004
+
+
+def test_mlx_weights_only_where_mlx_keeps_every_layer_as_it_is():
+    from skulk.node.gguf_import import Header, file_type, not_for_mlx
+
+    def types(*pairs: str) -> Header:  # "blk.0.attn_q=Q4_0" -> {"blk.0.attn_q.weight": "Q4_0"}
+        return Header({}, {f"{p.split('=')[0]}.weight": p.split("=")[1] for p in pairs})
+
+    # a Q4_0 file whose embedding and output llama-quantize kept in Q6_K: mlx widens those two
+    assert not_for_mlx(types("token_embd=Q6_K", "output=Q6_K", "blk.0.attn_q=Q4_0", "blk.0.attn_norm=F32")) == []
+    assert not_for_mlx(types("blk.0.attn_q=Q4_K", "blk.0.attn_k=Q4_K", "blk.0.ffn_down=Q6_K")) == ["Q4_K", "Q6_K"]
+    assert not_for_mlx(types("blk.0.attn_q=BF16")) == ["BF16"]  # mlx would narrow it to float16
+    assert not_for_mlx(types("blk.0.attn_q=Q5_0", "blk.0.attn_k=Q8_0")) == ["Q5_0"]
+    assert file_type({"general.file_type": 15}) == "q4_k_m" and file_type({}) == ""

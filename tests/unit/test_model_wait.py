@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from skulk.scripts.http_client import GivenUp, given_up_reason, model_ready
 
 MODEL = "org/model"
+SINCE = datetime.fromisoformat("2026-11-28T15:31:00+00:00").timestamp()  # when the wait began
 
 
 def state(instances: dict[str, str] | None = None, runners: dict[str, str] | None = None,
@@ -27,31 +29,30 @@ def note(reason: str = "crash loop: 3 runner failures within 60s", at: str = "20
 
 
 def test_a_model_with_an_instance_is_not_given_up() -> None:
-    assert given_up_reason(state({"i1": MODEL}, deleted={"i0": note()}), MODEL, set()) is None
+    assert given_up_reason(state({"i1": MODEL}, deleted={"i0": note()}), MODEL, SINCE) is None
 
 
-def test_a_deletion_with_a_recreation_pending_or_done_is_not_given_up() -> None:
-    s = state(deleted={"a": note(recreateAt="2026-11-28T15:32:00+00:00"), "b": note(replacedBy="i2")})
-    assert given_up_reason(s, MODEL, set()) is None
+def test_a_deletion_replaced_or_with_a_recreation_pending_is_not_given_up() -> None:
+    assert given_up_reason(state(deleted={"b": note(replacedBy="i2")}), MODEL, SINCE) is None
+    pending = note("runner failed; re-creating in 1.0s", recreateAt="2026-11-28T15:31:45+00:00")
+    assert given_up_reason(state(deleted={"a": pending}), MODEL, SINCE) is None
+    # one replica's re-creation pending keeps the wait going though the other was deleted for good
+    assert given_up_reason(state(deleted={"a": pending, "b": note("deleted by an operator")}), MODEL, SINCE) is None
 
 
-def test_a_deletion_with_nothing_to_follow_gives_the_latest_reason() -> None:
-    s = state(deleted={"a": note("first", "2026-11-28T15:00:00+00:00"), "b": note("second"),
+def test_a_deletion_since_the_wait_began_gives_the_latest_reason_and_older_ones_are_history() -> None:
+    s = state(deleted={"a": note("first", "2026-11-28T15:31:10+00:00"), "b": note("second"),
+                       "old": note("an hour ago", "2026-11-28T14:30:00+00:00"),
                        "c": {**note("other model"), "modelId": "org/other"}})
-    assert given_up_reason(s, MODEL, set()) == "second"
-    assert given_up_reason(s, MODEL, {"b"}) == "first"
-    assert given_up_reason(s, MODEL, {"a", "b"}) is None
+    assert given_up_reason(s, MODEL, SINCE) == "second"
+    assert given_up_reason(state(deleted={"old": note(at="2026-11-28T14:30:00+00:00")}), MODEL, SINCE) is None
+    assert given_up_reason(state(deleted={"skewed": note(at="2026-11-28T15:30:59+00:00")}), MODEL, SINCE) is not None
 
 
-def test_the_check_returns_the_ready_instance_and_waits_on_a_loading_one() -> None:
-    check = model_ready(MODEL, since_wall=0.0)
+def test_the_check_returns_the_ready_instance_waits_on_a_loading_one_and_raises_when_given_up() -> None:
+    check = model_ready(MODEL, since_wall=SINCE)
     assert check(state({"i1": MODEL}, {"r-i1": "RunnerLoading"})) is None
     assert check(state({"i1": MODEL}, {"r-i1": "RunnerReady"})) == "i1"
-
-
-def test_the_check_ignores_notes_from_before_the_wait_and_raises_on_a_new_one() -> None:
-    since = 1_800_000_000.0  # 2027-01-15: the note below is older
-    check = model_ready(MODEL, since_wall=since)
-    assert check(state(deleted={"old": note(at="2026-11-28T15:00:00+00:00")})) is None
+    assert check(state(deleted={"old": note(at="2026-11-28T14:30:00+00:00")})) is None  # a session's history
     with pytest.raises(GivenUp, match="crash loop"):
-        check(state(deleted={"old": note(at="2026-11-28T15:00:00+00:00"), "new": note()}))
+        check(state(deleted={"old": note(at="2026-11-28T14:30:00+00:00"), "new": note()}))

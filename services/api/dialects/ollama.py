@@ -54,7 +54,7 @@ from skulk.services.api.http.schema import (
     one_of,
 )
 from skulk.wire.inference import Done, Failed, TokenChunk
-from skulk.wire.models import ModelCard
+from skulk.wire.models import EngineKind, ModelCard
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -179,7 +179,8 @@ class OllamaGenerateResource:
 
 
 def _details(card: ModelCard) -> dict[str, Any]:
-    return {"parent_model": "", "format": "mlx", "family": card.family, "families": [card.family],
+    fmt = "mlx" if EngineKind.MLX.value in card.engines else "gguf"  # a GGUF-only model has no MLX weights
+    return {"parent_model": "", "format": fmt, "family": card.family, "families": [card.family],
             "parameter_size": "", "quantization_level": card.quantization}
 
 

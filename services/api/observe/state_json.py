@@ -145,7 +145,7 @@ def state_json(state: State, now_wall: float | None = None) -> dict[str, Any]:
         "restartingNodes": {n: iso_auto(until) for n, until in state.restarting.items()},
         "deletedInstances": {i: {"modelId": d.model_id, "reason": d.reason, "cause": d.cause or None,
                                  "deletedAt": iso_auto(d.when) if d.when else None,
-                                 "recreateAt": iso_auto(d.recreate_at) if d.recreate_at else None,
+                                 "recreateAt": iso_auto(d.recreate_at) if d.recreate_at and d.instance else None,
                                  "replacedBy": d.replaced_by or None}
                              for i, d in state.deleted.items()},
     }
