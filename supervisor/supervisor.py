@@ -19,7 +19,15 @@ from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.strategy import affected, should_restart
-from skulk.supervisor.watchdog import ChildClock, Progress, Verdict, boot_backoff_s, forgive, judge
+from skulk.supervisor.watchdog import (
+    ChildClock,
+    Progress,
+    Verdict,
+    boot_backoff_s,
+    forgive,
+    judge,
+    others_silent,
+)
 from skulk.supervisor.watchdog_log import kill_line, late_line, ready_late_line
 from skulk.wire.control import ChildStatus
 from skulk.wire.events import LifecycleEvent
@@ -225,6 +233,9 @@ class Supervisor:
         own (a whole-group signal) or when the stop sequence reaches them, SIGKILL `shutdown_s`
         after their SIGTERM."""
         watch = not self.stopping()
+        beats = {slot.id: slot.clock.last_beat for slot in self.slots.values()
+                 if isinstance(slot, WorkerSlot) and slot.state == "running" and slot.clock is not None
+                 and slot.clock.last_beat is not None}
         for slot in list(self.slots.values()):
             if isinstance(slot, SupervisorSlot):
                 if slot.sup is not None:
@@ -238,11 +249,12 @@ class Supervisor:
                     and slot.proc is not None and now >= slot.clock.deadline():
                 progress = self.probe(slot.proc.pid, now) if self.probe is not None else None
                 late = slot.clock.grace_until is not None
-                slot.clock, why = judge(slot.clock, now, progress)
+                quiet = others_silent(slot.id, beats, now, slot.clock.heartbeat_s)
+                slot.clock, why = judge(slot.clock, now, progress, quiet)
                 if why is not None:
                     self._watchdog_kill(slot, why, now)
                 elif not late and slot.clock.grace_until is not None and progress is not None:
-                    log.warning("%s", late_line(slot.id, slot.proc.pid, slot.clock, progress))
+                    log.warning("%s", late_line(slot.id, slot.proc.pid, slot.clock, progress, quiet))
             if watch and slot.state == "waiting" and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 self._start_worker(slot, now)

@@ -14,6 +14,9 @@ boot storm, a neighbour compiling, a runner prefilling on every core), is given 
 window instead of being killed, up to `SLOW_PATIENCE` times its deadline. A child that makes no
 progress (frozen by SIGSTOP, asleep at 0 % CPU as a wedged GPU leaves it) is killed at its
 deadline as before; so is one whose process cannot be read, and one still busy at the limit.
+An idle child's silence is not held against it while every other child of the same supervisor
+is silent too (`others_silent`): the supervisor is then not hearing anyone (its machine stalled
+the whole node), and a child asleep at 0 % CPU is what an idle role looks like.
 """
 
 from __future__ import annotations
@@ -162,15 +165,34 @@ def verdict(clock: ChildClock, now: float) -> Verdict | None:
     return LifecycleEvent.HEARTBEAT_MISSED
 
 
-def judge(clock: ChildClock, now: float, progress: Progress | None) -> tuple[ChildClock, Verdict | None]:
+QUIET_BEATS = 2
+"""A supervisor that has heard no beat from any of its other children for this many heartbeats
+is itself not hearing (its machine stalled it, or the beats queue unread): a child's silence
+then is not the child's."""
+
+
+def others_silent(child: str, last_beats: dict[str, float], now: float, heartbeat_s: float) -> bool:
+    """Every other running child of this supervisor (two at least) has been silent for
+    `QUIET_BEATS` heartbeats too. One wedged child among live ones is alone in its silence; a
+    machine that stalls a whole node for seconds (seen under a saturated 2-core machine, every
+    role late within one second, the idle ones at 0 % CPU) silences them all at once."""
+    others = [t for c, t in last_beats.items() if c != child]
+    return len(others) >= 2 and all(now - t >= QUIET_BEATS * heartbeat_s for t in others)
+
+
+def judge(clock: ChildClock, now: float, progress: Progress | None,
+          quiet: bool = False) -> tuple[ChildClock, Verdict | None]:
     """The watchdog's decision at `now`: (the clock, None) while the child is on time; (a clock
     with another window, None) when it is overdue but making progress on a slow or saturated
-    machine; (the clock, why) when it must be killed. A step past its own deadline is killed
+    machine, or overdue while every sibling is silent too (`quiet`: `others_silent`) and it is
+    not frozen; (the clock, why) when it must be killed. A step past its own deadline is killed
     whatever it does: that deadline is the operator's setting (`runner.step_deadline_s`)."""
     why = verdict(clock, now)
     if why is None:
         return clock, None
-    if why == LifecycleEvent.STEP_DEADLINE or progress is None or not progress.moving():
+    silenced = quiet and why == LifecycleEvent.HEARTBEAT_MISSED and progress is not None \
+        and progress.state not in (RunState.STOPPED, RunState.GONE)
+    if why == LifecycleEvent.STEP_DEADLINE or progress is None or not (progress.moving() or silenced):
         return clock, why
     end = clock.patience_end()
     if now >= end:

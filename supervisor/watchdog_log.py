@@ -27,11 +27,15 @@ def kill_line(child_id: str, pid: int, clock: ChildClock, why: Verdict, now: flo
                            f"({clock.heartbeat_s * clock.liveness:.1f}s); killing it")
 
 
-def late_line(child_id: str, pid: int, clock: ChildClock, progress: Progress) -> str:
+def late_line(child_id: str, pid: int, clock: ChildClock, progress: Progress, quiet: bool = False) -> str:
     """A child past its deadline given another window (said once, at the first)."""
-    return (f"{child_id} (pid {pid}) is past its {'ready' if clock.ready_at is None else 'heartbeat'} deadline "
-            f"but making progress ({progress.cpu_s:.2f}s CPU in the last {progress.window_s:.1f}s, "
-            f"{progress.state}): this machine is slow or busy, not wedged; waiting")
+    deadline = "ready" if clock.ready_at is None else "heartbeat"
+    seen = f"{progress.cpu_s:.2f}s CPU in the last {progress.window_s:.1f}s, {progress.state}"
+    if quiet and not progress.moving():
+        return (f"{child_id} (pid {pid}) is past its {deadline} deadline, and every other child is silent "
+                f"too ({seen}): this machine or this supervisor stalled, not the child; waiting")
+    return (f"{child_id} (pid {pid}) is past its {deadline} deadline but making progress ({seen}): this "
+            "machine is slow or busy, not wedged; waiting")
 
 
 def ready_late_line(child_id: str, pid: int, clock: ChildClock, now: float) -> str:

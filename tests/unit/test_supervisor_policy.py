@@ -17,6 +17,7 @@ from skulk.supervisor.watchdog import (
     boot_backoff_s,
     forgive,
     judge,
+    others_silent,
     verdict,
 )
 
@@ -176,6 +177,25 @@ def test_judge_after_ready_weighs_missed_beats_the_same_way():
     assert why is None and late.deadline() == 8.0
     assert late.beat(6.0).deadline() == 9.0  # a beat: back on its own window
     assert judge(late, 8.0, Progress(0.0, 3.0, RunState.SLEEPING))[1] == "heartbeat_missed"
+
+
+def test_a_silent_idle_child_is_waited_for_only_while_its_siblings_are_silent_too():
+    """Seen on a saturated 2-core machine: every role of a node missed its beats within one
+    second, and the idle ones (asleep at 0 % CPU, as a wedged one is) were killed. One child
+    silent among beating siblings is still killed at its window; one frozen, even among silent ones."""
+    clock = ChildClock(0.0, 5.0, 1.0, 3).ready(2.0)  # last beat 2.0: overdue at 5.0
+    asleep = Progress(0.0, 3.0, RunState.SLEEPING)
+    beating = {"api": 2.0, "master": 4.6, "store": 4.8}
+    stalled = {"api": 2.0, "master": 2.6, "store": 2.9}
+    assert not others_silent("api", beating, 5.0, 1.0) and others_silent("api", stalled, 5.0, 1.0)
+    assert not others_silent("api", {"api": 2.0, "master": 2.6}, 5.0, 1.0)  # one sibling is no quorum
+    assert judge(clock, 5.0, asleep, quiet=False)[1] == "heartbeat_missed"
+    late, why = judge(clock, 5.0, asleep, quiet=True)
+    assert why is None and late.grace_until is not None
+    assert judge(clock, 5.0, Progress(0.0, 3.0, RunState.STOPPED), quiet=True)[1] == "heartbeat_missed"
+    assert judge(late, late.grace_until, asleep, quiet=False)[1] == "heartbeat_missed"  # the others beat again
+    step = ChildClock(0.0, 5.0, 1.0, 10, step_deadline_s=30.0).ready(1.0).beat(2.0).in_step(10.0, 8.0, "prefill")
+    assert judge(step, 40.0, asleep, quiet=True)[1] == "step_deadline"  # a step's own deadline stands
 
 
 def test_a_step_past_its_deadline_is_killed_even_while_busy():
