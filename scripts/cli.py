@@ -159,8 +159,10 @@ def cmd_model_wait(ns: argparse.Namespace) -> int:
 
     from skulk.scripts.http_client import GivenUp, model_ready, wait_for_state
 
+    since = time.time()
+    print(f"waiting for {ns.model} at {ns.url} (up to {ns.timeout:.0f}s)", file=sys.stderr, flush=True)
     try:
-        wait_for_state(ns.url, model_ready(ns.model, time.time()), ns.timeout)
+        wait_for_state(ns.url, model_ready(ns.model, since), ns.timeout)
     except TimeoutError as exc:
         print(f"{ns.model} not ready: {exc}", file=sys.stderr)
         return 1

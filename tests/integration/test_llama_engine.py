@@ -362,11 +362,17 @@ def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_m
 
     # A file llama.cpp cannot load, with no other engine to fall back on: given up at its first
     # refusal with the reason (no crash loop), and `skulk model wait` says so instead of waiting.
-    status, placed = http_json(f"{node.url}/place_instance", {"model_id": "local/smollm2-cut"})
-    assert status == 200, placed
-    waited = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "wait", "local/smollm2-cut",
+    # (the wait begins first, as an operator's would: a deletion from before a wait is history to it)
+    wait = subprocess.Popen([sys.executable, "-m", "skulk.scripts.cli", "model", "wait", "local/smollm2-cut",
                              "--url", node.url, "--timeout", str(patience(120))],
-                            capture_output=True, text=True, timeout=patience(150))
-    assert waited.returncode == 1 and "will not be ready" in waited.stderr, waited.stderr
-    assert "no other engine can run it" in waited.stderr and "cannot load model.gguf" in waited.stderr, waited.stderr
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait.stderr is not None and wait.stderr.readline().startswith("waiting for local/smollm2-cut")
+        status, placed = http_json(f"{node.url}/place_instance", {"model_id": "local/smollm2-cut"})
+        assert status == 200, placed
+        _, err = wait.communicate(timeout=patience(150))
+    finally:
+        wait.kill()
+    assert wait.returncode == 1 and "will not be ready" in err, err
+    assert "no other engine can run it" in err and "cannot load model.gguf" in err, err
     assert node.status()["runners"].restarts == 0
