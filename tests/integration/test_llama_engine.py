@@ -374,5 +374,6 @@ def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_m
     finally:
         wait.kill()
     assert wait.returncode == 1 and "will not be ready" in err, err
-    assert "no other engine can run it" in err and "cannot load model.gguf" in err, err
+    assert "no other engine can run it" in err, err  # (the runner's own words come with it when they
+    # reach the leader before its exit code does: either may come first)
     assert node.status()["runners"].restarts == 0
