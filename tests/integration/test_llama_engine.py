@@ -311,7 +311,8 @@ def test_a_gguf_llama_cpp_cannot_load_is_served_by_mlx_instead(nodes, real_model
     assert inst["MlxRingInstance"]["engine"] == "mlx"
     (note,) = state["deletedInstances"].values()
     assert note["cause"] == "engine_refused", note
-    assert "llama_cpp cannot run" in note["reason"] and "cannot load model.gguf" in note["reason"], note
+    assert "placing it again without llama_cpp" in note["reason"], note  # (the runner's own words come
+    # with it when they reach the leader before its exit code does: either may come first)
     status, reply = bc.complete(node.url, ask(PROMPTS[0]))
     assert status == 200 and content(reply), reply
     assert node.status()["runners"].restarts == 0  # no crash loop: one refusal, one placement
