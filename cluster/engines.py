@@ -21,6 +21,8 @@ AUTO = "auto"
 LLAMA_KV_TOKENS = 16384
 """The llama.cpp runner's KV cache, in tokens, for all its requests together (its
 `KV_TOKENS`): what placement counts beside the GGUF weights."""
+LLAMA_EMBED_TOKENS = 8192
+"""The context of a llama.cpp embedding runner (`llamacpp/embed.py`'s `CONTEXT`, at most)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,8 @@ def weights_held(card: ModelCard, engine: EngineKind, gpu: bool) -> int:
     return card.storage_size_bytes if gpu else card.memory_bytes
 
 
-def kv_tokens(engine: EngineKind, default: int) -> int:
+def kv_tokens(engine: EngineKind, default: int, embedding: bool = False) -> int:
     """The KV cache's tokens placement reserves for one instance of `engine`."""
-    return LLAMA_KV_TOKENS if engine is EngineKind.LLAMA_CPP else default
+    if engine is EngineKind.LLAMA_CPP:
+        return LLAMA_EMBED_TOKENS if embedding else LLAMA_KV_TOKENS
+    return default

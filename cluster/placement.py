@@ -152,7 +152,7 @@ def _shortfall(state: State, card: ModelCard, node_id: str, share: int, width: i
 
 def _misfit(card: ModelCard, ring: tuple[str, ...], state: State, sharding: str,
             engine: EngineKind, rooms: Mapping[str, int]) -> str | None:
-    tokens = engines.kv_tokens(engine, KV_TOKENS)
+    tokens = engines.kv_tokens(engine, KV_TOKENS, card.is_embedding)
     kv = kv_bytes(card.n_layers, card.num_key_value_heads, tokens)
     for node_id, share in zip(ring, shares(card, ring, state, sharding, engine, rooms)):
         node = state.nodes[node_id]

@@ -11,7 +11,9 @@ llama.cpp's converter permutes the rows of Q and K for its interleaved rotary em
 Where it cannot (the K-quants, Q5_0, BF16, the IQ types: most GGUF files people download), the
 directory is for llama.cpp only: no MLX weights, the card lists the llama.cpp engine alone.
 Either way it gets `config.json` from the `<arch>.*` metadata, the tokenizer from
-`tokenizer.ggml.*` (`gguf_tokenizer.py`), a model card (`README.md`) and the GGUF file itself.
+`tokenizer.ggml.*` (`gguf_tokenizer.py`), a model card (`README.md`) and the GGUF file itself;
+an embedding GGUF (`<arch>.pooling_type` mean, first or last token) also gets sentence-transformers'
+pooling files, which make its card an embedding model's.
 Other architectures, and (for MLX weights) unknown tensor names, are refused by name. The result
 is written beside the destination and renamed into place (`fetch.install_dir`), so nothing
 half-written is left.
@@ -44,6 +46,10 @@ TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "o
 BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias|scales|biases)")
 TOP = re.compile(r"(\w+)\.(weight|bias|scales|biases)")
 GROUP_SIZE = 32  # every GGUF block type mlx reads quantizes in groups of 32
+POOLING = {1: "mean_tokens", 2: "cls_token", 3: "lasttoken"}
+"""An embedding GGUF's `<arch>.pooling_type` (llama.cpp's `llama_pooling_type`: 1 mean, 2 the first
+token, 3 the last) -> sentence-transformers' `pooling_mode_*` key, which both engines read."""
+RANK_POOLING = 4
 
 
 class GGUFError(ValueError):
@@ -198,6 +204,9 @@ def write_dir(path: Path, out: Path, model_id: str) -> dict[str, Any]:
     except TokenizerError as exc:
         raise GGUFError(f"{path.name}: {exc}") from None
     config.update({k: v for k, v in (("bos_token_id", ids["bos"]), ("eos_token_id", ids["eos"])) if v is not None})
+    if (pooling := _pooling(path, header.meta)) is not None:
+        write_embedding_files(out, pooling)
+        config["pooling"] = pooling
     if llama_only:  # no MLX weights: the card offers llama.cpp alone, and says why
         config["gguf_quantization"] = file_type(header.meta) or llama_only[0].lower()
         config["gguf_only"] = f"mlx has no layout of its own for {', '.join(llama_only)}"
@@ -212,6 +221,24 @@ def write_dir(path: Path, out: Path, model_id: str) -> dict[str, Any]:
     (out / "README.md").write_text(card_text(path, model_id, config, header.meta))
     keep_gguf(path, out / GGUF_FILE)
     return config
+
+
+def _pooling(path: Path, meta: dict[str, Any]) -> str | None:
+    """The pooling of an embedding GGUF (`<arch>.pooling_type`), None for a text model; a
+    reranker's (rank pooling) is refused by name."""
+    kind = _num(meta, f"{meta.get('general.architecture')}.pooling_type")
+    if kind == RANK_POOLING:
+        raise GGUFError(f"{path.name}: a reranker (pooling_type rank): only text and embedding models are served")
+    return POOLING.get(kind) if kind else None
+
+
+def write_embedding_files(out: Path, pooling: str) -> None:
+    """sentence-transformers' files that mark a directory as an embedding model's and say how its
+    token states are pooled (`model_cards.is_embedding_dir`, `embed_engine.pooling_of`)."""
+    (out / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "cosine"}) + "\n")
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    modes = {f"pooling_mode_{mode}": mode == pooling for mode in POOLING.values()}
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(modes, indent=2) + "\n")
 
 
 def keep_gguf(path: Path, dest: Path) -> None:
@@ -236,5 +263,7 @@ def card_text(path: Path, model_id: str, config: dict[str, Any], meta: dict[str,
                               else f"GGUF only, for llama.cpp ({config['gguf_only']})" if config.get("gguf_only")
                               else "unquantized"),
              f"- context: {config['max_position_embeddings']} tokens"]
+    if config.get("pooling"):
+        lines.append(f"- an embedding model: {config['pooling'].replace('_', ' ')} pooling")
     lines += [f"- {k.split('.', 1)[1]}: {v}" for k, v in fields.items()]
     return "\n".join(lines) + "\n"

@@ -150,7 +150,7 @@ def card_from_dir(directory: Path) -> ModelCard:
     sub = config.get("text_config")
     text: dict[str, Any] = sub if isinstance(sub, dict) else config
     weights = sorted(directory.glob("*.safetensors"))
-    gguf = directory / GGUF_FILE  # llama.cpp runs the file (text generation only)
+    gguf = directory / GGUF_FILE  # llama.cpp runs the file
     gguf_only = not weights and gguf.is_file()  # a GGUF mlx cannot read: llama.cpp's alone
     if not weights and not gguf_only:
         raise ModelDirError(f"{directory.name}: no *.safetensors weights (and no {GGUF_FILE})")
@@ -169,8 +169,6 @@ def card_from_dir(directory: Path) -> ModelCard:
         quantization = str(config.get("gguf_quantization") or config.get("torch_dtype") or "unknown")
     family = str(config.get("model_type", "unknown"))
     embedding = is_embedding_dir(directory)
-    if gguf_only and embedding:
-        raise ModelDirError(f"{directory.name}: an embedding model needs MLX weights (llama.cpp serves generation)")
     mlx = () if gguf_only else (EngineKind.MLX.value,)
     return ModelCard(
         model_id=model_id,
@@ -184,7 +182,7 @@ def card_from_dir(directory: Path) -> ModelCard:
         family=family, quantization=quantization,
         tasks=((ModelTask.TEXT_EMBEDDING if embedding else ModelTask.TEXT_GENERATION).value,),
         companions=companions_of(directory), drafter=drafter_of(directory),
-        engines=mlx + ((EngineKind.LLAMA_CPP.value,) if gguf.is_file() and not embedding else ()),
+        engines=mlx + ((EngineKind.LLAMA_CPP.value,) if gguf.is_file() else ()),
         gguf_bytes=gguf.stat().st_size if gguf.is_file() else 0)
 
 

@@ -1,7 +1,8 @@
 """The runner of an embedding model: `Embed` requests in, unit vectors out (no generation).
 
 A runner whose model's card is an embedding model's (`--embedding 1`, from the card's tasks) serves
-`Embed` instead of `Generate`. Inputs are tokenized when the request arrives (an empty or
+`Embed` instead of `Generate`; its model is MLX's (`MlxEmbedEngine`) or llama.cpp's
+(`llamacpp/embed.py`), as the instance's engine says. Inputs are tokenized when the request arrives (an empty or
 too-long input is refused at once, like a generation's context check); then each loop step runs
 one group of consecutive inputs through the transformer body (`model.model`: the last hidden
 states, not logits), right-padded into one batch, pools them as the model's sentence-transformers
@@ -30,6 +31,7 @@ from skulk.services.runner.ring import load_model
 from skulk.wire.commands import NOT_EMBEDDING, NOT_GENERATIVE
 from skulk.wire.inference import Cancel, Embed, Embeddings, Failed, FailReason, Generate
 from skulk.wire.message import Message
+from skulk.wire.models import EngineKind
 
 log = logging.getLogger("skulk.runner")
 
@@ -219,7 +221,8 @@ class Embedder:
             return None
         job = self.jobs[0]
         rest = job.prompts[job.done:]
-        n = group_size([len(p) for p in rest], self.max_inputs, self.budget)
+        context = self.engine.model_context  # llama.cpp runs a group in one micro-batch of at most this
+        n = group_size([len(p) for p in rest], self.max_inputs, min(self.budget, context) if context else self.budget)
         start = job.done
         try:
             vectors = self.engine.embed(rest[:n], job.dimensions)
@@ -235,10 +238,16 @@ class Embedder:
                                           prompt_tokens=sum(len(p) for p in rest[:n])))]
 
 
-def for_model(model_dir: Path, model_id: str, queue_max: int, embedding: bool) -> Embedder | None:
-    """The embedder of an embedding model's runner (its card says so); None for a text model."""
+def for_model(model_dir: Path, model_id: str, queue_max: int, embedding: bool, engine: EngineKind = EngineKind.MLX,
+              threads: int = 0) -> Embedder | None:
+    """The embedder of an embedding model's runner (its card says so) on the instance's engine;
+    None for a text model."""
     if not embedding:
         return None
+    if engine is EngineKind.LLAMA_CPP:
+        from skulk.services.runner.llamacpp.embed import LlamaEmbedEngine
+
+        return Embedder(LlamaEmbedEngine(model_dir, threads), model_id, queue_max)
     return Embedder(MlxEmbedEngine(model_dir), model_id, queue_max)
 
 

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import zmq
 
+from skulk.cluster.engines import kind_of
 from skulk.cluster.state import RunnerKind, RunnerStatus
 from skulk.node import exitcodes
 from skulk.node.model_cards import drafter_of
@@ -72,7 +73,8 @@ class Runner:
                          hostfile=loop.rt.args.run_dir / f"{place.runner_id}.hosts.json",
                          connect_deadline_s=settings.group_connect_deadline) if len(hosts) > 1 else None
         # An embedding model's runner serves `Embed` only (embed_engine.py), never sharded.
-        self.embedder = (embed_engine.for_model(place.model_dir, place.model_id, settings.queue_max, place.embedding)
+        self.embedder = (embed_engine.for_model(place.model_dir, place.model_id, settings.queue_max, place.embedding,
+                                                kind_of(place.engine), settings.threads)
                          if engine is None and self.ring is None else None)
         if self.embedder is not None:  # the boot needs only its load, warmup and path
             # Only its load, warmup, path and active() are used (its Batcher stays empty): not a full Engine.
@@ -156,7 +158,7 @@ class Runner:
         if self.ring is not None:
             self.observer.enter(Phase.CONNECT_GROUP, f"{self.ring.sharding} over {len(self.ring.hosts)} hosts")
         self.observer.enter(Phase.LOAD_MODEL, self.place.model_id)
-        if isinstance(self.engine, MlxBatchEngine) or self.embedder is not None:
+        if isinstance(self.engine, MlxBatchEngine | embed_engine.MlxEmbedEngine):
             log.info("device: %s", use_device(self.settings.accel))
         self.engine.load()
         log.info("loaded %s in %.2fs; engine path: %s; BLAS: %s; batch %d, queue %d", self.place.model_id,

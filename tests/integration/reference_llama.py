@@ -5,7 +5,8 @@ Run as a subprocess: `python -m tests.integration.reference_llama FILE.gguf N '[
 [--raw]; prints a JSON list of {text, tokens: [[text, logprob, margin]...]} per prompt, where
 `margin` is how far the chosen token's log-probability is above the runner-up's (a near-tie that
 a different batch shape may break the other way). `--raw`: legacy completions of the prompts
-as they are, no chat template.
+as they are, no chat template. `--embed` (an embedding GGUF): llama.cpp's own unit vectors of the
+texts, as a JSON list of lists.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from llama_cpp import Llama
 def main() -> None:
     path, n, prompts = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     raw = "--raw" in sys.argv[4:]
+    if "--embed" in sys.argv[4:]:
+        embedder = Llama(model_path=path, embedding=True, n_threads=len(os.sched_getaffinity(0)), flash_attn=True,
+                         verbose=False)
+        print(json.dumps(embedder.embed(prompts, normalize=True)))
+        return
     llm = Llama(model_path=path, n_ctx=4096, n_threads=len(os.sched_getaffinity(0)), flash_attn=True,
                 verbose=False, logits_all=True)
     print(json.dumps([one(llm, p, n, raw) for p in prompts]))

@@ -1,10 +1,13 @@
 """`POST /v1/embeddings` on a real node serving the demo embedding model next to the demo text
 model, through the real `openai` SDK: shape, normalisation, determinism, batches, base64 equal to
-float, `dimensions`, and the errors (400 for the text model, 404 for an unknown one)."""
+float, `dimensions`, and the errors (400 for the text model, 404 for an unknown one). Beside
+them, an embedding GGUF imported by `skulk model add` is served by llama.cpp on this CPU node,
+and its vectors are llama.cpp's own for the same file."""
 
 from __future__ import annotations
 
 import base64
+import json
 import math
 import struct
 import subprocess
@@ -15,13 +18,17 @@ import openai
 import pytest
 
 from tests.integration.conftest import DEMO_DIR
+from tests.integration.gguf_files import with_pooling
 from tests.integration.harness import wait_until
-from tests.integration.serving import MODEL, http_json, ready_runners
+from tests.integration.patience import patience
+from tests.integration.serving import MODEL, compute_threads, http_json, ready_runners
 
 EMBED_MODEL = "skulk/demo-embed"
 EMBED_DIR = "skulk--demo-embed"
 WIDTH = 128  # the demo embedding model's hidden size
 TEXTS = ["hello world", "Beautiful is better than ugly.", "Explicit is better than implicit, they say."]
+GGUF_EMBED = "local/smollm2-embed"
+GGUF_EMBED_DIR = "local--smollm2-embed"
 
 
 @pytest.fixture(scope="session")
@@ -36,11 +43,25 @@ def demo_embed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def serving(module_nodes, demo_model, demo_embed_model):
+def gguf_embed_model(tmp_path_factory: pytest.TempPathFactory, real_model: Path) -> Path:
+    """An embedding GGUF (the real model's file with mean pooling in its metadata, as embedding
+    GGUFs carry it), imported by the real CLI."""
+    tmp = tmp_path_factory.mktemp("gguf-embed")
+    source = with_pooling(real_model / "model.gguf", tmp / "smollm2-embed.gguf")
+    added = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(source),
+                            "--id", GGUF_EMBED, "--home", str(tmp)], capture_output=True, text=True,
+                           timeout=patience(120))
+    assert added.returncode == 0, added.stderr
+    return tmp / "models" / GGUF_EMBED_DIR
+
+
+@pytest.fixture(scope="module")
+def serving(module_nodes, demo_model, demo_embed_model, gguf_embed_model):
     """One node for the file: its tests only read what it serves."""
-    node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL),
-                        models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model})
-    wait_until(node, lambda: len(ready_runners(node)) >= 2, 90, "both runners ready")
+    node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL, "--place", GGUF_EMBED),
+                        models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model, GGUF_EMBED_DIR: gguf_embed_model},
+                        config={"runner": {"threads": compute_threads()}})
+    wait_until(node, lambda: len(ready_runners(node)) >= 3, 90, "the three runners ready")
     return node
 
 
@@ -107,3 +128,35 @@ def test_the_demo_embedding_model_is_deterministic(demo_embed_model, tmp_path):
                           "--home", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert digest(tmp_path / "models" / EMBED_DIR) == digest(demo_embed_model)
+
+
+def test_an_embedding_gguf_is_served_by_llama_cpp_with_llama_cpps_own_vectors(serving, gguf_embed_model):
+    """On a CPU node an embedding GGUF runs on llama.cpp (the card offers both engines: its Q4_1
+    layers have an MLX layout too), and each vector is the one llama.cpp's own `embed` gives for
+    the text on the same file, alone or in a batch, cut to `dimensions` as OpenAI cuts."""
+    readme = (gguf_embed_model / "README.md").read_text()
+    assert "an embedding model: mean tokens pooling" in readme, readme
+    _, listed = http_json(f"{serving.url}/v1/models")
+    entry = next(m for m in listed["data"] if m["id"] == GGUF_EMBED)
+    assert entry["tasks"] == ["TextEmbedding"] and entry["engines"] == ["mlx", "llama_cpp"], entry
+    assert entry["serving_engines"] == ["llama_cpp"], entry
+    ref = json.loads(subprocess.run(
+        [sys.executable, "-m", "tests.integration.reference_llama", str(gguf_embed_model / "model.gguf"), "0",
+         json.dumps(TEXTS), "--embed"], check=True, capture_output=True, text=True, timeout=patience(120)).stdout)
+
+    c = openai.OpenAI(base_url=f"{serving.url}/v1", api_key="none", max_retries=0, timeout=60)
+    batch = [d.embedding for d in c.embeddings.create(model=GGUF_EMBED, input=TEXTS, encoding_format="float").data]
+    alone = c.embeddings.create(model=GGUF_EMBED, input=TEXTS[1], encoding_format="float").data[0].embedding
+    for got, want in [*zip(batch, ref, strict=True), (alone, ref[1])]:
+        assert len(got) == len(want) == 576 and abs(norm(got) - 1.0) < 1e-5
+        assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, cosine(got, want)  # float rounding at most
+    assert cosine(batch[0], batch[1]) < 0.99  # different texts, different vectors
+    short = c.embeddings.create(model=GGUF_EMBED, input=TEXTS[1], dimensions=64,
+                                encoding_format="float").data[0].embedding
+    cut = [x / norm(ref[1][:64]) for x in ref[1][:64]]
+    assert len(short) == 64 and max(abs(a - b) for a, b in zip(short, cut)) < 1e-4
+
+    # its context is cut to keep llama.cpp's per-token logits buffer within 512 MiB (2560 tokens
+    # of this 49152-entry vocabulary): a longer input is refused at once, with the limit
+    status, err = http_json(f"{serving.url}/v1/embeddings", {"model": GGUF_EMBED, "input": "word " * 3000})
+    assert status == 400 and "takes at most 2560" in err["error"]["message"], err

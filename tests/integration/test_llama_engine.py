@@ -31,7 +31,14 @@ from tests.integration import batch_clients as bc
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
 from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
-from tests.integration.serving import NO_RESUME, abandon_after, http_json, sse_events, wait_model_ready
+from tests.integration.serving import (
+    NO_RESUME,
+    abandon_after,
+    compute_threads,
+    http_json,
+    sse_events,
+    wait_model_ready,
+)
 
 N = 24
 TIE = 0.3
@@ -57,12 +64,6 @@ def references(real_model: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def reference(references) -> list[dict[str, Any]]:
     return references[:len(PROMPTS)]
-
-
-def compute_threads() -> int:
-    """Beside another test file (pytest-xdist) one compute thread: two would fight that file for
-    both cores (0: one per core)."""
-    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
 
 
 @pytest.fixture(scope="module")

@@ -258,3 +258,23 @@ def test_pooling_ignores_padding_and_normalises():
     assert close(got["last"], [unit(3.0, 8.0), unit(0.0, -2.0)])
     assert close(got["cls"], [unit(3.0, 0.0), unit(0.0, -2.0)])
     assert close(got["mean_dims_1"], [[1.0], [0.0]])
+
+
+def test_a_group_never_holds_more_tokens_than_the_engines_context():
+    """llama.cpp runs a group in one micro-batch of at most its context: the group is cut to it."""
+    model = FakeModel()  # context 8
+    e = Embedder(model, "local/e", queue_max=2)
+    e.answer([b"a"], _embed("r", "abcd", "efgh", "ij"))  # 3 x 4 padded tokens > 8
+    while e.step() is not None:
+        pass
+    assert model.calls == [2, 1]
+
+
+def test_the_llama_cpp_embedding_context_keeps_its_logits_buffer_bounded():
+    from skulk.services.runner.llamacpp.embed import CONTEXT, MIN_CONTEXT, context_for
+
+    assert context_for(8192, 49152) == 2560  # 512 MiB of float logits per token of a 49k vocabulary
+    assert context_for(512, 30522) == 512  # BERT's own context is smaller
+    assert context_for(0, 1000) == CONTEXT  # no trained context in the file: the cap
+    assert context_for(32768, 262144) == MIN_CONTEXT  # a huge vocabulary: never below the floor
+    assert context_for(1000, 1000) == 768 and context_for(128, 1000) == 128  # a multiple of 256 where it can be

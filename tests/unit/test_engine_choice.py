@@ -109,3 +109,14 @@ def test_placement_refuses_llama_cpp_across_nodes_with_the_reason():
     assert isinstance(refused, PlacementError) and "one node only" in refused.message
     wide = place(two, PlaceInstance(command_id="c", card=CARD, min_nodes=2), ids())
     assert not isinstance(wide, PlacementError) and wide.engine == MLX.value and len(wide.node_to_runner) == 2
+
+
+def test_an_embedding_gguf_goes_to_llama_cpp_on_a_cpu_with_its_smaller_context():
+    from skulk.cluster.engines import LLAMA_EMBED_TOKENS, LLAMA_KV_TOKENS, kv_tokens
+    from skulk.wire.models import ModelTask
+
+    embed = replace(CARD, tasks=(ModelTask.TEXT_EMBEDDING.value,))
+    assert choose(embed, [node("a")]) is LLAMA and choose(embed, [node("a", "metal")]) is MLX
+    assert kv_tokens(LLAMA, 4096, embedding=True) == LLAMA_EMBED_TOKENS < kv_tokens(LLAMA, 4096) == LLAMA_KV_TOKENS
+    inst = place(cluster(node("a")), PlaceInstance(command_id="c", card=embed), ids())
+    assert not isinstance(inst, PlacementError) and inst.engine == LLAMA.value

@@ -122,3 +122,38 @@ def test_mlx_weights_only_where_mlx_keeps_every_layer_as_it_is():
     assert not_for_mlx(types("blk.0.attn_q=BF16")) == ["BF16"]  # mlx would narrow it to float16
     assert not_for_mlx(types("blk.0.attn_q=Q5_0", "blk.0.attn_k=Q8_0")) == ["Q5_0"]
     assert file_type({"general.file_type": 15}) == "q4_k_m" and file_type({}) == ""
+
+
+def test_an_embedding_gguf_is_marked_with_its_pooling_and_a_reranker_is_refused(tmp_path: Path):
+    from skulk.node.gguf_import import GGUFError, _pooling, write_embedding_files
+    from skulk.node.model_cards import is_embedding_dir
+    from skulk.services.runner.embed_engine import Pooling, pooling_of
+
+    f = tmp_path / "x.gguf"
+    assert _pooling(f, {"general.architecture": "qwen2"}) is None  # a text model
+    assert _pooling(f, {"general.architecture": "qwen2", "qwen2.pooling_type": 0}) is None  # none: text too
+    with pytest.raises(GGUFError, match="x.gguf: a reranker"):
+        _pooling(f, {"general.architecture": "bert", "bert.pooling_type": 4})
+    for kind, expected in ((1, Pooling.MEAN), (2, Pooling.CLS), (3, Pooling.LAST)):
+        out = tmp_path / f"local--e{kind}"
+        out.mkdir()
+        pooling = _pooling(f, {"general.architecture": "llama", "llama.pooling_type": kind})
+        assert pooling is not None
+        write_embedding_files(out, pooling)
+        assert is_embedding_dir(out) and pooling_of(out) is expected
+
+
+def test_an_embedding_gguf_runs_on_either_engine_and_a_gguf_only_one_on_llama_cpp(tmp_path: Path):
+    from skulk.node.gguf_import import write_embedding_files
+    from skulk.node.model_cards import card_from_dir
+
+    d = tmp_path / "local--embed"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64,
+                                               "gguf_quantization": "q4_k_m"}))
+    (d / "model.gguf").write_bytes(b"GGUF" + bytes(100))
+    write_embedding_files(d, "mean_tokens")
+    card = card_from_dir(d)
+    assert card.is_embedding and card.engines == ("llama_cpp",)
+    (d / "model.safetensors").write_bytes(bytes(8))
+    assert card_from_dir(d).engines == ("mlx", "llama_cpp")
