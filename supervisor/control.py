@@ -11,7 +11,8 @@ import os
 import signal
 from dataclasses import dataclass
 
-from skulk.supervisor.supervisor import Supervisor, WorkerSlot
+from skulk.supervisor.slots import WorkerSlot
+from skulk.supervisor.supervisor import Supervisor
 from skulk.wire.control import AdminCommand, AdminReply, AdminVerb
 
 SIGNAL_VERBS: dict[int, AdminVerb] = {

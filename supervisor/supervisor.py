@@ -17,6 +17,7 @@ from skulk.node import exitcodes
 from skulk.supervisor.child import Process
 from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.intensity import RestartBudget
+from skulk.supervisor.slots import Slot, StopThen, SupervisorSlot, WorkerSlot
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.strategy import affected, should_restart
 from skulk.supervisor.watchdog import (
@@ -47,52 +48,6 @@ Emit = Callable[..., None]
 
 
 @dataclass
-class WorkerSlot:
-    id: str
-    spec: ChildSpec
-    extra_args: tuple[str, ...] = ()
-    proc: Process | None = None
-    state: str = "stopped"  # starting | running | killing | stopping | stopped | waiting
-    clock: ChildClock | None = None
-    restarts: int = 0
-    kill_at: float | None = None
-    restart_at: float | None = None
-    boot_failures: int = 0
-    started_at: float | None = None
-    killed_for: Verdict | None = None  # the watchdog's reason, while its kill is under way
-    killed_at: float | None = None
-
-    def alive(self) -> bool:
-        return self.proc is not None
-
-
-@dataclass
-class SupervisorSlot:
-    id: str
-    spec: SupervisorSpec
-    sup: Supervisor | None = None
-    state: str = "stopped"
-    restarts: int = 0
-    started_at: float | None = None
-
-    def alive(self) -> bool:
-        return self.sup is not None and not self.sup.terminated
-
-
-Slot = WorkerSlot | SupervisorSlot
-
-
-@dataclass
-class _StopThen:
-    """Stop `ids` one at a time (already in reverse start order), then run `then(now)`."""
-
-    ids: list[str]
-    then: Callable[[float], object]  # its result is not used
-    restarting: frozenset[str] = frozenset()
-    current: str | None = None
-
-
-@dataclass
 class Supervisor:
     spec: SupervisorSpec
     spawn: Spawn
@@ -104,7 +59,7 @@ class Supervisor:
     budget: RestartBudget = field(init=False)
     terminated: bool = False
     terminating: bool = False
-    _ops: deque[_StopThen] = field(default_factory=deque)
+    _ops: deque[StopThen] = field(default_factory=deque)
     _charged_watchdog_at: float | None = None  # the watchdog kill last charged to the budget
 
     def __post_init__(self) -> None:
@@ -132,7 +87,7 @@ class Supervisor:
                 slot.state, slot.restart_at = "stopped", None
         log.info("supervisor %s stopping all children (%s)", self.spec.id, reason)
         ids = [i for i in reversed(self.slots) if self.slots[i].alive()]
-        self._ops.append(_StopThen(ids, lambda t: self._finish(code, t)))
+        self._ops.append(StopThen(ids, lambda t: self._finish(code, t)))
         self._drive(now)
 
     def _finish(self, code: int, now: float) -> None:
@@ -222,7 +177,7 @@ class Supervisor:
             slot.boot_failures = slot.boot_failures + 1 if boot_failed else 0
         ids = affected(self.spec.strategy, list(self.slots), slot.id)
         others = [i for i in reversed(ids) if i != slot.id and self.slots[i].alive()]
-        self._ops.append(_StopThen(others, lambda t: self._start_ids(ids, t, counted=True),
+        self._ops.append(StopThen(others, lambda t: self._start_ids(ids, t, counted=True),
                                    restarting=frozenset(ids)))
         self._drive(now)
 
@@ -279,7 +234,7 @@ class Supervisor:
     # ---- operator verbs ---------------------------------------------------------------
     def restart_child(self, child_id: str, now: float) -> None:
         """Manual restart: stop then start; does not consume the restart budget."""
-        self._ops.append(_StopThen([child_id] if self.slots[child_id].alive() else [],
+        self._ops.append(StopThen([child_id] if self.slots[child_id].alive() else [],
                                    lambda t: self._start_ids([child_id], t, counted=True),
                                    restarting=frozenset([child_id])))
         self._drive(now)
@@ -300,7 +255,7 @@ class Supervisor:
         slot = self.slots[child_id]
         if isinstance(slot, WorkerSlot) and slot.state == "waiting":
             slot.state = "stopped"
-        self._ops.append(_StopThen([child_id] if slot.alive() else [],
+        self._ops.append(StopThen([child_id] if slot.alive() else [],
                                    lambda _t: self.slots.pop(child_id, None),
                                    restarting=frozenset([child_id])))
         self._drive(now)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from skulk.cluster.catalog import NodeCatalogUpdated
-from skulk.cluster.state import IndexedEvent, State
+from skulk.cluster.state import IndexedEvent, RunnerStatus, State
 from skulk.services.master.core import CoreSettings, MasterCore
 from skulk.services.master.effects import (
     Answer,
@@ -28,6 +28,7 @@ from skulk.services.master.effects import (
 from skulk.wire.cluster import Member, Membership
 from skulk.wire.commands import PlaceInstance
 from skulk.wire.control import AdminVerb
+from skulk.wire.events import RunnerReport
 from skulk.wire.message import Command, Message
 from tests.unit.builders import CARD, node
 
@@ -202,3 +203,14 @@ class Sim:
 
 def place(sim: Sim, name: str, command_id: str, card=CARD) -> None:
     sim.command(name, PlaceInstance(command_id=command_id, card=card))
+
+
+def serving(sim: Sim) -> tuple[str, str]:
+    """Make the placed instance's runner report ready on its node; (node, runner)."""
+    leader = sim.cores[sim.leaders()[0]]
+    inst = next(iter(leader.state.instances.values()))
+    (node_id, runner_id), = inst.node_to_runner.items()
+    sim.bus(node_id, RunnerReport(runner_id=runner_id, instance_id=inst.instance_id,
+                                  status=RunnerStatus(kind="RunnerReady", endpoint=f"tcp://{node_id}:9")))
+    sim.run(0.2)
+    return node_id, runner_id
