@@ -14,7 +14,8 @@ Either way it gets `config.json` from the `<arch>.*` metadata, the tokenizer fro
 `tokenizer.ggml.*` (`gguf_tokenizer.py`), a model card (`README.md`) and the GGUF file itself;
 an embedding GGUF (`<arch>.pooling_type` mean, first or last token) also gets sentence-transformers'
 pooling files, which make its card an embedding model's.
-Other architectures, and (for MLX weights) unknown tensor names, are refused by name. The result
+Architectures without an MLX layout here (any but llama, mistral, qwen2, qwen3) are imported for
+llama.cpp alone, which knows many more; for MLX weights unknown tensor names are refused by name. The result
 is written beside the destination and renamed into place (`fetch.install_dir`), so nothing
 half-written is left.
 
@@ -35,13 +36,17 @@ from typing import Any, cast
 from skulk.node.gguf_tokenizer import TokenizerError, build
 from skulk.wire.models import GGUF_FILE
 
-ARCHITECTURES = {"llama": ("llama", True), "mistral": ("llama", True), "qwen2": ("qwen2", False)}
-"""GGUF `general.architecture` -> (mlx-lm model_type, rope_traditional)."""
+ARCHITECTURES = {"llama": ("llama", True), "mistral": ("llama", True), "qwen2": ("qwen2", False),
+                 "qwen3": ("qwen3", False)}
+"""GGUF `general.architecture` -> (mlx-lm model_type, rope_traditional): the ones MLX weights are
+written for. Any other architecture is imported for llama.cpp alone (it may know it; if not, its
+runner refuses the file at load with the reason)."""
 
 LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
                "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
-               "ffn_norm": "post_attention_layernorm"}
+               "ffn_norm": "post_attention_layernorm", "attn_q_norm": "self_attn.q_norm",
+               "attn_k_norm": "self_attn.k_norm"}
 TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias|scales|biases)")
 TOP = re.compile(r"(\w+)\.(weight|bias|scales|biases)")
@@ -68,7 +73,11 @@ def mlx_name(name: str) -> str | None:
 
 
 def _num(meta: dict[str, Any], key: str, kind: type = int) -> Any:
+    """A number from the metadata (None if absent); a per-layer list (some architectures give
+    head counts or widths per layer) as its largest."""
     value = meta.get(key)
+    if isinstance(value, list):
+        value = max(value, default=None)
     if value is None:
         return None
     return kind(value.item() if hasattr(value, "item") else value)
@@ -126,15 +135,17 @@ def _config(path: Path, header: Header, for_mlx: bool) -> dict[str, Any]:
     such as Llama 3.1's `rope_freqs`)."""
     meta = header.meta
     arch = meta.get("general.architecture")
-    if arch not in ARCHITECTURES:
-        raise GGUFError(f"{path.name}: architecture {arch!r} is not supported "
-                        f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+    if not isinstance(arch, str) or not arch:
+        raise GGUFError(f"{path.name}: no general.architecture in its metadata")
+    if for_mlx and arch not in ARCHITECTURES:
+        raise GGUFError(f"{path.name}: architecture {arch!r} has no MLX layout here "
+                        f"(MLX weights are written for {', '.join(sorted(ARCHITECTURES))})")
     for name in header.tensors if for_mlx else ():
         if mlx_name(name) is None:
             raise GGUFError(f"{path.name}: tensor {name!r} has no place in a {arch} model")
     if "token_embd.weight" not in header.tensors:
         raise GGUFError(f"{path.name}: no token_embd tensor")
-    model_type, traditional = ARCHITECTURES[arch]
+    model_type, traditional = ARCHITECTURES.get(arch, (arch, False))
     heads = _num(meta, f"{arch}.attention.head_count")
     hidden = _num(meta, f"{arch}.embedding_length")
     layers = _num(meta, f"{arch}.block_count")
@@ -155,7 +166,8 @@ def _config(path: Path, header: Header, for_mlx: bool) -> dict[str, Any]:
         "tie_word_embeddings": "output.weight" not in header.tensors,
         "torch_dtype": "float16",
     }
-    if (head_dim := _num(meta, f"{arch}.attention.key_length")) and head_dim != hidden // heads:
+    head_dim = _num(meta, f"{arch}.attention.key_length") or hidden // heads
+    if head_dim != hidden // heads or model_type == "qwen3":  # qwen3's config always names it
         config["head_dim"] = head_dim
     return config
 
@@ -198,7 +210,8 @@ def write_dir(path: Path, out: Path, model_id: str) -> dict[str, Any]:
     """Convert `path` into the model directory `out` (created); its config."""
     header = read_header(path)
     llama_only = not_for_mlx(header)
-    config = _config(path, header, for_mlx=not llama_only)
+    mapped = header.meta.get("general.architecture") in ARCHITECTURES
+    config = _config(path, header, for_mlx=mapped and not llama_only)
     try:
         ids = build(header.meta, out, int(config["max_position_embeddings"]))
     except TokenizerError as exc:
@@ -207,9 +220,10 @@ def write_dir(path: Path, out: Path, model_id: str) -> dict[str, Any]:
     if (pooling := _pooling(path, header.meta)) is not None:
         write_embedding_files(out, pooling)
         config["pooling"] = pooling
-    if llama_only:  # no MLX weights: the card offers llama.cpp alone, and says why
-        config["gguf_quantization"] = file_type(header.meta) or llama_only[0].lower()
-        config["gguf_only"] = f"mlx has no layout of its own for {', '.join(llama_only)}"
+    if llama_only or not mapped:  # no MLX weights: the card offers llama.cpp alone, and says why
+        config["gguf_quantization"] = file_type(header.meta) or (llama_only or ["unknown"])[0].lower()
+        config["gguf_only"] = (f"mlx has no layout of its own for {', '.join(llama_only)}" if mapped else
+                               f"no MLX layout here for the {config['model_type']} architecture")
     else:
         import mlx.core as mx
 

@@ -3,7 +3,7 @@ size can be fetched (a GPU machine with no network).
 
     python -m tools.random_gguf dump-tokenizer FROM.gguf TOKENIZER.json
     python -m tools.random_gguf make TOKENIZER.json OUT.gguf [--hidden 4096 --layers 32 --heads 32
-        --kv-heads 8 --ffn 14336 --context 8192]
+        --kv-heads 8 --ffn 14336 --context 8192 --arch llama|qwen3|granite --std 0.02 --embed-std 0.02]
 
 Speed depends on a model's shape, not on what its weights say, so a random model of Llama-3-8B's
 shape decodes as fast as the real one (its answers are nonsense, and it may stop early on a random
@@ -12,6 +12,10 @@ end-of-text). The tokenizer (every `tokenizer.*` key) is copied from a real GGUF
 imports the result like any GGUF. The file is F16 (norms F32), written one tensor at a time
 (memory: one tensor); `llama-quantize` makes the quantized copies. Weights are drawn on a CUDA
 device when torch has one (an 8B model in seconds), else with numpy.
+
+`--arch qwen3` adds the per-head query and key norms; `--arch granite` the four scales llama.cpp
+requires of it (all 1). Larger `--std`/`--embed-std` make a small model's greedy choices decisive
+(the suite compares two engines' answers on such a model: near-ties would make that moot).
 
 Uses llama.cpp's own `gguf` package (a dependency of the project; on a machine without the
 project installed, llama.cpp's source tree has it as `gguf-py`, put on PYTHONPATH).
@@ -48,12 +52,18 @@ def dump_tokenizer(src: Path, out: Path) -> int:
 Shape = tuple[int, ...]
 
 
-def shapes(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int) -> list[tuple[str, Shape]]:
-    """Every tensor of a llama model (HF's (out, in) order; gguf reverses it), embeddings tied."""
+ARCHS = ("llama", "qwen3", "granite")
+
+
+def shapes(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int,
+           arch: str = "llama") -> list[tuple[str, Shape]]:
+    """Every tensor of the model (HF's (out, in) order; gguf reverses it), embeddings tied."""
     head_dim = hidden // heads
     out: list[tuple[str, Shape]] = [("token_embd.weight", (vocab, hidden))]
     for i in range(layers):
         b = f"blk.{i}."
+        if arch == "qwen3":
+            out += [(b + "attn_q_norm.weight", (head_dim,)), (b + "attn_k_norm.weight", (head_dim,))]
         out += [(b + "attn_norm.weight", (hidden,)), (b + "attn_q.weight", (heads * head_dim, hidden)),
                 (b + "attn_k.weight", (kv_heads * head_dim, hidden)),
                 (b + "attn_v.weight", (kv_heads * head_dim, hidden)),
@@ -65,29 +75,32 @@ def shapes(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab:
 
 
 def _drawer() -> Any:
-    """A function shape -> random F16 numpy array (on the GPU where torch has one)."""
+    """A function (shape, std) -> random F16 numpy array (on the GPU where torch has one)."""
     try:
         import torch
 
         if torch.cuda.is_available():
             gen = torch.Generator(device="cuda").manual_seed(0)
             half = torch.float16
-            return lambda shape: (torch.randn(shape, generator=gen, device="cuda", dtype=half) * STD).cpu().numpy()
+            return lambda shape, std: (torch.randn(shape, generator=gen, device="cuda", dtype=half)
+                                       * std).cpu().numpy()
     except ImportError:
         pass
     rng = np.random.default_rng(0)
-    return lambda shape: np.multiply(rng.standard_normal(shape, dtype=np.float32), STD).astype(np.float16)
+    return lambda shape, std: np.multiply(rng.standard_normal(shape, dtype=np.float32), std).astype(np.float16)
 
 
 def make(tokenizer: Path, out: Path, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int,
-         context: int) -> int:
+         context: int, arch: str = "llama", std: float = STD, embed_std: float = STD) -> int:
     """Write the model; its parameter count."""
     import gguf
 
+    if arch not in ARCHS:
+        raise ValueError(f"arch {arch!r}: one of {', '.join(ARCHS)}")
     fields = json.loads(tokenizer.read_text())
     vocab = next(len(f["value"]) for f in fields if f["name"] == "tokenizer.ggml.tokens")
-    w = gguf.GGUFWriter(out, "llama")
-    w.add_name(f"random llama {hidden}x{layers}")
+    w = gguf.GGUFWriter(out, arch)
+    w.add_name(f"random {arch} {hidden}x{layers}")
     w.add_context_length(context)
     w.add_embedding_length(hidden)
     w.add_block_count(layers)
@@ -98,11 +111,17 @@ def make(tokenizer: Path, out: Path, hidden: int, layers: int, heads: int, kv_he
     w.add_rope_freq_base(500000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
+    if arch == "qwen3":
+        w.add_key_length(hidden // heads)
+        w.add_value_length(hidden // heads)
+    if arch == "granite":
+        for add in (w.add_logit_scale, w.add_residual_scale, w.add_embedding_scale, w.add_attention_scale):
+            add(1.0)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     for f in fields:
         types = [gguf.GGUFValueType(t) for t in f["types"]]
         w.add_key_value(f["name"], f["value"], types[0], sub_type=types[-1] if len(types) > 1 else None)
-    tensors = shapes(hidden, layers, heads, kv_heads, ffn, vocab)
+    tensors = shapes(hidden, layers, heads, kv_heads, ffn, vocab, arch)
     for name, shape in tensors:
         dtype = np.float32 if len(shape) == 1 else np.float16
         w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
@@ -110,8 +129,9 @@ def make(tokenizer: Path, out: Path, hidden: int, layers: int, heads: int, kv_he
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     draw = _drawer()
-    for _, shape in tensors:
-        w.write_tensor_data(np.ones(shape, dtype=np.float32) if len(shape) == 1 else draw(shape))
+    for name, shape in tensors:
+        w.write_tensor_data(np.ones(shape, dtype=np.float32) if len(shape) == 1 else
+                            draw(shape, embed_std if name == "token_embd.weight" else std))
     w.close()
     return sum(int(np.prod(s)) for _, s in tensors)
 
@@ -128,11 +148,15 @@ def main() -> None:
     for flag, default in (("hidden", 4096), ("layers", 32), ("heads", 32), ("kv-heads", 8), ("ffn", 14336),
                           ("context", 8192)):
         m.add_argument(f"--{flag}", type=int, default=default)
+    m.add_argument("--arch", choices=ARCHS, default="llama")
+    m.add_argument("--std", type=float, default=STD)
+    m.add_argument("--embed-std", type=float, default=STD)
     ns = p.parse_args()
     if ns.cmd == "dump-tokenizer":
         print(f"{dump_tokenizer(ns.src, ns.out)} tokenizer keys -> {ns.out}")
     else:
-        n = make(ns.tokenizer, ns.out, ns.hidden, ns.layers, ns.heads, ns.kv_heads, ns.ffn, ns.context)
+        n = make(ns.tokenizer, ns.out, ns.hidden, ns.layers, ns.heads, ns.kv_heads, ns.ffn, ns.context,
+                 ns.arch, ns.std, ns.embed_std)
         print(f"{n / 1e9:.2f}B parameters -> {ns.out} ({ns.out.stat().st_size / 2**30:.1f} GiB)")
 
 

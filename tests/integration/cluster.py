@@ -82,15 +82,17 @@ SILENT_MS = 2000
 
 
 def ask_leader(port: int, keys: curve.ClusterKeys | None) -> object | None:
-    """A replay request to a master's cluster port; its answer, or None when none came."""
+    """A replay request to a master's cluster port; its answer, or None when none came (nor
+    could go: a client the server refused may have no connection left to queue the request on)."""
     ctx = zmq.Context()
     curve.configure(keys)
     try:
         sock = make_socket(ctx, zmq.DEALER, connect=f"tcp://127.0.0.1:{port}")
-        sock.send(codec.encode(ReplayRequest(node_id="outsider", session="", since=-1)), zmq.NOBLOCK)
-        answer = codec.decode(sock.recv()) if sock.poll(ANSWER_MS if keys else SILENT_MS) else None
-        sock.close(0)
-        return answer
+        try:
+            sock.send(codec.encode(ReplayRequest(node_id="outsider", session="", since=-1)), zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+        return codec.decode(sock.recv()) if sock.poll(ANSWER_MS if keys else SILENT_MS) else None
     finally:
         curve.configure(None)
-        ctx.term()
+        ctx.destroy(linger=0)  # every socket closed first: `term` alone would wait on one left open

@@ -29,6 +29,7 @@ import pytest
 
 from tests.integration import batch_clients as bc
 from tests.integration.harness import wait_until
+from tests.integration.llama_parity import N, disagreement, llama_reference
 from tests.integration.patience import patience
 from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
 from tests.integration.serving import (
@@ -39,17 +40,6 @@ from tests.integration.serving import (
     sse_events,
     wait_model_ready,
 )
-
-N = 24
-TIE = 0.3
-
-
-def llama_reference(model_dir: Path, prompts: list[str], n: int, raw: bool = False) -> list[dict[str, Any]]:
-    out = subprocess.run([sys.executable, "-m", "tests.integration.reference_llama", str(model_dir / "model.gguf"),
-                          str(n), json.dumps(prompts), *(["--raw"] if raw else [])],
-                         capture_output=True, text=True, timeout=patience(100), check=True)
-    return json.loads(out.stdout)
-
 
 COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
         "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
@@ -72,30 +62,6 @@ def llama_node(module_nodes, real_model):
                         config={"runner": {"threads": compute_threads()}, **NO_RESUME})  # runner's error is tested
     wait_model_ready(node, timeout=180)
     return node
-
-
-def disagreement(text: str, ref: dict[str, Any], reply: dict[str, Any] | None = None) -> str:
-    """"" when `text` is llama.cpp's answer, or differs from it only after a near-tie (and, given
-    the reply with its logprobs, each token's log-probability is within `TIE` of llama.cpp's)."""
-    if reply is not None:
-        for k, (step, (piece, logprob, _margin)) in enumerate(zip(reply["choices"][0]["logprobs"]["content"],
-                                                                   ref["tokens"])):
-            if step["token"] != piece:
-                break
-            if abs(step["logprob"] - logprob) > TIE:
-                return f"token {k} {piece!r}: logprob {step['logprob']:.3f}, llama.cpp's {logprob:.3f}"
-    if text == ref["text"]:
-        return ""
-    at = next((i for i, (a, b) in enumerate(zip(text, ref["text"])) if a != b), min(len(text), len(ref["text"])))
-    seen = 0
-    for k, (piece, _logprob, margin) in enumerate(ref["tokens"]):
-        seen += len(piece)
-        if seen > at:
-            if margin < TIE:
-                return ""
-            return (f"differs at character {at} (reference token {k} {piece!r}, its lead {margin:.3f} nats): "
-                    f"{text!r} vs {ref['text']!r}")
-    return f"{text!r} vs {ref['text']!r}"
 
 
 def ask(prompt: str, **extra: Any) -> dict[str, Any]:

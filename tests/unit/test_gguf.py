@@ -157,3 +157,30 @@ def test_an_embedding_gguf_runs_on_either_engine_and_a_gguf_only_one_on_llama_cp
     assert card.is_embedding and card.engines == ("llama_cpp",)
     (d / "model.safetensors").write_bytes(bytes(8))
     assert card_from_dir(d).engines == ("mlx", "llama_cpp")
+
+
+def test_an_architecture_without_an_mlx_layout_gets_a_config_for_llama_cpp_alone():
+    from skulk.node.gguf_import import GGUFError, Header, _config
+
+    meta = {"general.architecture": "granite", "granite.attention.head_count": [4, 4, 8],  # per layer
+            "granite.embedding_length": 64, "granite.block_count": 3, "granite.context_length": 2048,
+            "tokenizer.ggml.tokens": ["a", "b"]}
+    header = Header(meta, {"token_embd.weight": "F16", "blk.0.attn_q.weight": "F16"})
+    config = _config(Path("g.gguf"), header, for_mlx=False)
+    assert config["model_type"] == "granite" and config["num_attention_heads"] == 8
+    assert config["max_position_embeddings"] == 2048 and config["vocab_size"] == 2
+    with pytest.raises(GGUFError, match="'granite' has no MLX layout here"):
+        _config(Path("g.gguf"), header, for_mlx=True)
+    with pytest.raises(GGUFError, match="no general.architecture"):
+        _config(Path("g.gguf"), Header({}, header.tensors), for_mlx=False)
+
+
+def test_qwen3s_query_and_key_norms_have_their_mlx_names():
+    from skulk.node.gguf_import import Header, _config
+
+    assert mlx_name("blk.3.attn_q_norm.weight") == "model.layers.3.self_attn.q_norm.weight"
+    assert mlx_name("blk.3.attn_k_norm.weight") == "model.layers.3.self_attn.k_norm.weight"
+    meta = {"general.architecture": "qwen3", "qwen3.attention.head_count": 4, "qwen3.embedding_length": 64,
+            "qwen3.block_count": 2, "qwen3.attention.key_length": 16}
+    config = _config(Path("q.gguf"), Header(meta, {"token_embd.weight": "F16"}), for_mlx=True)
+    assert (config["model_type"], config["head_dim"], config["rope_traditional"]) == ("qwen3", 16, False)
