@@ -34,10 +34,11 @@ def request_error(params: TaskParams) -> str:
     """The first value of `params` the engine cannot take ("" when there is none)."""
     if params.max_tokens < 1:
         return f"max_tokens must be at least 1, got {params.max_tokens}"
-    for name in ("temperature", "top_p", "min_p"):
+    for name, top in (("temperature", math.inf), ("top_p", 1.0), ("min_p", 1.0)):
         value = getattr(params, name)
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            return f"{name} must be a finite number >= 0, got {value}"
+        if value is not None and not (math.isfinite(value) and 0 <= value <= top):
+            return (f"{name} must be a finite number >= 0, got {value}" if top == math.inf else
+                    f"{name} must be between 0 and 1, got {value}")  # mlx-lm's sampler raises mid-step
     if params.top_k is not None and params.top_k < 0:
         return f"top_k must be >= 0, got {params.top_k}"
     if params.top_logprobs < 0:

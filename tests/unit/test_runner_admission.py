@@ -26,6 +26,11 @@ def test_values_the_engine_cannot_take_are_named():
     assert "max_tokens" in admission.request_error(gen("a", max_tokens=-5).params)
     assert "temperature" in admission.request_error(gen("a", temperature=math.nan).params)
     assert "top_p" in admission.request_error(gen("a", top_p=-math.inf).params)
+    # a min_p or top_p above 1 made mlx-lm's sampler raise inside a step: the runner crashed (found
+    # by the rank fuzzer in the suite)
+    assert admission.request_error(gen("a", min_p=225752.4).params) == "min_p must be between 0 and 1, got 225752.4"
+    assert "top_p must be between 0 and 1" in admission.request_error(gen("a", top_p=1.5).params)
+    assert admission.request_error(gen("a", top_p=1.0, min_p=0.0, temperature=2.5).params) == ""
     assert "top_k" in admission.request_error(gen("a", top_k=-1).params)
     assert "top_logprobs" in admission.request_error(gen("a", top_logprobs=-1).params)
     assert admission.request_error(gen("a", grammar="garbage").params).startswith("response_format: ")
