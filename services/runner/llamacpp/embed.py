@@ -19,9 +19,8 @@ import numpy as np
 
 from skulk.services.runner.embed_engine import INPUTS_PER_STEP, Pooling, pooling_of, to_bytes
 from skulk.services.runner.llamacpp.batch import Batch
-from skulk.services.runner.llamacpp.engine import LlamaLoadError, threads
+from skulk.services.runner.llamacpp.model_file import LlamaLoadError, gguf_of, load_model, threads
 from skulk.services.runner.llamacpp.text import Vocab
-from skulk.wire.models import GGUF_FILE
 
 CONTEXT = 8192
 """Tokens one step's group may hold at most (an input longer than the model's own context, or
@@ -54,17 +53,9 @@ class LlamaEmbedEngine:
         import llama_cpp
 
         self.lib: Any = llama_cpp
-        gguf = self.model_dir / GGUF_FILE
-        if not gguf.is_file():
-            raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
+        gguf = gguf_of(self.model_dir)
         gpu = bool(llama_cpp.llama_supports_gpu_offload())
-        llama_cpp.llama_backend_init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 1 << 30 if gpu else 0
-        self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), mparams)
-        if not self.model:
-            raise LlamaLoadError(f"llama.cpp cannot load {gguf.name} of {self.model_dir.name} "
-                                 "(an architecture or tensor type it lacks, or a damaged file)")
+        self.model = load_model(llama_cpp, gguf, gpu)
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(self.model))
         trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
         context = context_for(trained, self.vocab.size)

@@ -18,7 +18,6 @@ fp32 copy); where llama.cpp was built with a GPU backend every layer is offloade
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,7 +30,6 @@ from skulk.cluster.state import TaskParams
 from skulk.services.runner import warmup
 from skulk.services.runner.engine import (
     Detokenizer,
-    EngineRefused,
     OutputFormat,
     PromptProgress,
     StepOutput,
@@ -41,6 +39,7 @@ from skulk.services.runner.engine import (
 from skulk.services.runner.grammar import GrammarMask
 from skulk.services.runner.llamacpp import speculate
 from skulk.services.runner.llamacpp.batch import Batch
+from skulk.services.runner.llamacpp.model_file import LlamaLoadError, gguf_of, load_model, threads
 from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
 from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, top_logprobs
 from skulk.services.runner.llamacpp.text import Detokenizer as PieceDetokenizer
@@ -49,7 +48,6 @@ from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.scheduler import prefill_in_order
 from skulk.services.runner.speculate import SpecSettings
 from skulk.wire.inference import RankInsert
-from skulk.wire.models import GGUF_FILE
 
 log = logging.getLogger("skulk.runner")
 
@@ -64,10 +62,6 @@ FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick
 FLASH_ATTN_GPU = -1  # LLAMA_FLASH_ATTN_TYPE_AUTO: on a GPU llama.cpp asks the backend (a build without its
 # flash-attention kernels would run the op on the CPU if it were forced on)
 DEFAULT_SPEC = SpecSettings()  # frozen: one shared default is safe
-
-
-class LlamaLoadError(EngineRefused):
-    """llama.cpp could not load the file (the message says what is wrong)."""
 
 
 @dataclass
@@ -95,14 +89,6 @@ class Logits:
     values: np.ndarray
 
 
-def threads() -> int:
-    """llama.cpp's compute threads: one per core this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS
-        return max(1, os.cpu_count() or 1)
-
-
 class LlamaCppEngine:
     def __init__(self, model_dir: Path, max_batch: int, prefill_chunk: int, prefix_cache_bytes: int,
                  kv_tokens: int = KV_TOKENS, n_threads: int = 0, spec: SpecSettings = DEFAULT_SPEC) -> None:
@@ -124,9 +110,7 @@ class LlamaCppEngine:
         import llama_cpp
 
         self.lib: Any = llama_cpp  # the binding, once (a step calls it several times)
-        gguf = self.model_dir / GGUF_FILE
-        if not gguf.is_file():
-            raise LlamaLoadError(f"{self.model_dir.name} has no {GGUF_FILE}: only GGUF checkpoints run on llama.cpp")
+        gguf = gguf_of(self.model_dir)
         gpu = bool(llama_cpp.llama_supports_gpu_offload())
         if gpu:  # one after the other: the tokenizer's transformers import may load torch and its own CUDA
             # libraries, which should not happen while llama.cpp loads its CUDA backend (a runner
@@ -145,13 +129,7 @@ class LlamaCppEngine:
     def _load_llama(self, llama_cpp: Any, gguf: Path, gpu: bool) -> None:
         """The model and one context for every row and the prefix cache (llama.cpp's calls
         leave the interpreter free)."""
-        llama_cpp.llama_backend_init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 1 << 30 if gpu else 0
-        self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), mparams)
-        if not self.model:
-            raise LlamaLoadError(f"llama.cpp cannot load {gguf.name} of {self.model_dir.name} "
-                                 "(an architecture or tensor type it lacks, or a damaged file)")
+        self.model = load_model(llama_cpp, gguf, gpu)
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(self.model))
         self.vocab_size = self.vocab.size
         trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
