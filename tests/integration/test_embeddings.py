@@ -29,6 +29,8 @@ WIDTH = 128  # the demo embedding model's hidden size
 TEXTS = ["hello world", "Beautiful is better than ugly.", "Explicit is better than implicit, they say."]
 GGUF_EMBED = "local/smollm2-embed"
 GGUF_EMBED_DIR = "local--smollm2-embed"
+GGUF_EMBED_MLX = "local/smollm2-embed-mlx"  # the same file under another id, placed on MLX
+GGUF_EMBED_MLX_DIR = "local--smollm2-embed-mlx"
 
 
 @pytest.fixture(scope="session")
@@ -48,10 +50,11 @@ def gguf_embed_model(tmp_path_factory: pytest.TempPathFactory, real_model: Path)
     GGUFs carry it), imported by the real CLI."""
     tmp = tmp_path_factory.mktemp("gguf-embed")
     source = with_pooling(real_model / "model.gguf", tmp / "smollm2-embed.gguf")
-    added = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(source),
-                            "--id", GGUF_EMBED, "--home", str(tmp)], capture_output=True, text=True,
-                           timeout=patience(120))
-    assert added.returncode == 0, added.stderr
+    for model_id in (GGUF_EMBED, GGUF_EMBED_MLX):
+        added = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(source),
+                                "--id", model_id, "--home", str(tmp)], capture_output=True, text=True,
+                               timeout=patience(120))
+        assert added.returncode == 0, added.stderr
     return tmp / "models" / GGUF_EMBED_DIR
 
 
@@ -59,9 +62,13 @@ def gguf_embed_model(tmp_path_factory: pytest.TempPathFactory, real_model: Path)
 def serving(module_nodes, demo_model, demo_embed_model, gguf_embed_model):
     """One node for the file: its tests only read what it serves."""
     node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL, "--place", GGUF_EMBED),
-                        models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model, GGUF_EMBED_DIR: gguf_embed_model},
+                        models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model,
+                                GGUF_EMBED_DIR: gguf_embed_model,
+                                GGUF_EMBED_MLX_DIR: gguf_embed_model.parent / GGUF_EMBED_MLX_DIR},
                         config={"runner": {"threads": compute_threads()}})
-    wait_until(node, lambda: len(ready_runners(node)) >= 3, 90, "the three runners ready")
+    status, placed = http_json(f"{node.url}/place_instance", {"model_id": GGUF_EMBED_MLX, "engine": "mlx"})
+    assert status == 200, placed
+    wait_until(node, lambda: len(ready_runners(node)) >= 4, 90, "the four runners ready")
     return node
 
 
@@ -130,16 +137,22 @@ def test_the_demo_embedding_model_is_deterministic(demo_embed_model, tmp_path):
     assert digest(tmp_path / "models" / EMBED_DIR) == digest(demo_embed_model)
 
 
+def serving_engines(node, model_id: str) -> list[str]:
+    _, listed = http_json(f"{node.url}/v1/models")
+    return next(m for m in listed["data"] if m["id"] == model_id)["serving_engines"]
+
+
 def test_an_embedding_gguf_is_served_by_llama_cpp_with_llama_cpps_own_vectors(serving, gguf_embed_model):
     """On a CPU node an embedding GGUF runs on llama.cpp (the card offers both engines: its Q4_1
     layers have an MLX layout too), and each vector is the one llama.cpp's own `embed` gives for
-    the text on the same file, alone or in a batch, cut to `dimensions` as OpenAI cuts."""
+    the text on the same file, alone or in a batch, cut to `dimensions` as OpenAI cuts; placed on
+    MLX, the file gives the same vectors up to llama.cpp's 8-bit activations."""
     readme = (gguf_embed_model / "README.md").read_text()
     assert "an embedding model: mean tokens pooling" in readme, readme
     _, listed = http_json(f"{serving.url}/v1/models")
     entry = next(m for m in listed["data"] if m["id"] == GGUF_EMBED)
     assert entry["tasks"] == ["TextEmbedding"] and entry["engines"] == ["mlx", "llama_cpp"], entry
-    assert entry["serving_engines"] == ["llama_cpp"], entry
+    assert serving_engines(serving, GGUF_EMBED) == ["llama_cpp"]
     ref = json.loads(subprocess.run(
         [sys.executable, "-m", "tests.integration.reference_llama", str(gguf_embed_model / "model.gguf"), "0",
          json.dumps(TEXTS), "--embed"], check=True, capture_output=True, text=True, timeout=patience(120)).stdout)
@@ -155,6 +168,13 @@ def test_an_embedding_gguf_is_served_by_llama_cpp_with_llama_cpps_own_vectors(se
                                 encoding_format="float").data[0].embedding
     cut = [x / norm(ref[1][:64]) for x in ref[1][:64]]
     assert len(short) == 64 and max(abs(a - b) for a, b in zip(short, cut)) < 1e-4
+
+    # MLX serves the same file (its Q4_1 layers in mlx's layout, pooled as the file says): the same
+    # vectors but for llama.cpp quantizing activations to 8 bits in its matmuls (cosine 0.9998 here)
+    mlx = [d.embedding for d in c.embeddings.create(model=GGUF_EMBED_MLX, input=TEXTS, encoding_format="float").data]
+    assert serving_engines(serving, GGUF_EMBED_MLX) == ["mlx"]
+    assert all(cosine(got, want) > 0.999 for got, want in zip(mlx, ref, strict=True)), [
+        cosine(got, want) for got, want in zip(mlx, ref)]
 
     # its context is cut to keep llama.cpp's per-token logits buffer within 512 MiB (2560 tokens
     # of this 49152-entry vocabulary): a longer input is refused at once, with the limit
