@@ -4,8 +4,12 @@
 GGUF keeps the tokenizer in its metadata (`tokenizer.ggml.*`): the model family (`gpt2`:
 byte-level BPE), every token, the merges, each token's type (3: control), the special ids, the
 chat template, and `tokenizer.ggml.pre`, llama.cpp's name for the pre-tokenizer the model was
-trained with. Byte-level BPE models are built here, for the pre-tokenizers in `PRE_TOKENIZERS`;
-anything else (SentencePiece `llama` tokenizers, an unknown `pre`) is refused by name.
+trained with. Byte-level BPE models are built here, for the pre-tokenizers in `PRE_TOKENIZERS`
+(the suite checks them against llama.cpp's own tokenizer on the real model). Every other kind
+(SentencePiece `llama` tokenizers: Llama 2, Mistral 7B v0.1, Gemma, Phi-3; T5's Unigram; byte-level
+BPE with another `pre`) is built by transformers' GGUF tokenizer converter
+(`transformers.integrations.gguf`), which knows each family's normalizer, pre-tokenizer and decoder.
+What neither knows (WordPiece: BERT's embedding models) is refused by name.
 """
 
 from __future__ import annotations
@@ -73,12 +77,112 @@ def _int(meta: dict[str, Any], key: str) -> int | None:
 
 def build(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None]:
     """Write `tokenizer.json` and `tokenizer_config.json` into `out`; the bos/eos ids."""
+    family, pre = _text(meta, "tokenizer.ggml.model"), _text(meta, "tokenizer.ggml.pre") or "default"
+    if family == "gpt2" and pre in PRE_TOKENIZERS:
+        return _build_byte_level(meta, out, context)
+    if family == "gpt2" and pre not in _converter_splits():  # its split would be GPT-2's, not the model's
+        known = sorted({*PRE_TOKENIZERS, *_converter_splits()})
+        raise TokenizerError(f"pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported (supported: "
+                             f"{', '.join(known)})")
+    return _build_by_transformers(meta, out, context)
+
+
+def _converter_splits() -> set[str]:
+    """The byte-level pre-tokenizers transformers' converter knows (none where it is missing)."""
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+    except ImportError:
+        return set()
+    return set(GGUF_PRE_TOKENIZER_SPLITS)
+
+
+def _tokenizer_dict(meta: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """transformers' `get_gguf_tokenizer` on metadata already read (its own reader imports torch):
+    the architecture, the tokenizer's fields under transformers' names, and its config."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_MAPPING
+
+    def plain(value: Any) -> Any:
+        return value.tolist() if hasattr(value, "tolist") else value
+
+    grouped = {group: {name: plain(meta[f"tokenizer.{key}"]) for key, name in renames.items()
+                       if f"tokenizer.{key}" in meta}
+               for group, renames in GGUF_TOKENIZER_MAPPING.items()}
+    tokenizer, config = grouped["tokenizer"], grouped["tokenizer_config"]
+    if tokenizer.get("tokenizer_type") == "llama":
+        config.setdefault("add_bos_token", True)  # llama.cpp adds BOS to a SentencePiece vocabulary unless told not to
+    elif tokenizer.get("tokenizer_type") == "gemma4":
+        config["add_bos_token"] = False  # its chat template writes <bos> itself
+    tokens = tokenizer.get("tokens") or []
+    for name in ("bos", "eos", "unknown", "padding"):
+        i = _int(meta, f"tokenizer.ggml.{name}_token_id")
+        config[{"unknown": "unk", "padding": "pad"}.get(name, name) + "_token"] = (
+            tokens[i] if i is not None and 0 <= i < len(tokens) else None)
+    return str(meta.get("general.architecture", "")), tokenizer, config
+
+
+def _as_llama_cpp_does(backend: Any, architecture: str, tokenizer_dict: dict[str, Any],
+                       tokenizer_config: dict[str, Any]) -> None:
+    """Two things llama.cpp does that the converted tokenizer does not. A SentencePiece `llama`
+    vocabulary: the space prefix is prepended to the text as it is (`" hi"` -> `"▁▁hi"`, as
+    SentencePiece and Llama 2's own tokenizer.json do; the converter's `Metaspace` would not double
+    it). Every vocabulary: BOS (and EOS) added where the file says so (`add_bos_token`), as a
+    post-processor, so `encode` adds them as llama.cpp's tokenizer does."""
+    from tokenizers import normalizers, processors
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_SENTENCEPIECE_BUILDERS
+
+    if tokenizer_dict.get("tokenizer_type") == "llama" and architecture not in GGUF_SENTENCEPIECE_BUILDERS:
+        steps: list[Any] = [normalizers.Replace(pattern=" ", content="\u2581")]
+        if tokenizer_dict.get("add_prefix_space", True):
+            steps.insert(0, normalizers.Prepend(prepend="\u2581"))
+        backend.normalizer = normalizers.Sequence(steps)
+        backend.pre_tokenizer = None
+    bos, eos = str(tokenizer_config.get("bos_token") or ""), str(tokenizer_config.get("eos_token") or "")
+    add_bos = bool(tokenizer_config.get("add_bos_token") and bos)
+    add_eos = bool(tokenizer_config.get("add_eos_token") and eos)
+    if add_bos or add_eos:
+        def around(seq: str) -> str:
+            return " ".join([*([bos] if add_bos else []), seq, *([eos] if add_eos else [])])
+
+        backend.post_processor = processors.TemplateProcessing(
+            single=around("$A"), pair=f"{around('$A')} {around('$B:1')}",
+            special_tokens=[(t, backend.token_to_id(t)) for t, on in ((bos, add_bos), (eos, add_eos)) if on])
+
+
+def _build_by_transformers(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None]:
+    """transformers' converter: the file's tokenizer as the Hugging Face class of its family."""
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+    except ImportError as exc:
+        raise TokenizerError(f"tokenizer model {_text(meta, 'tokenizer.ggml.model')!r} needs transformers' GGUF "
+                             f"tokenizer converter, which the installed transformers lacks ({exc})") from None
+    architecture, tokenizer_dict, tokenizer_config = _tokenizer_dict(meta)
+    if not tokenizer_dict.get("tokens"):
+        raise TokenizerError("the file has no tokenizer.ggml.tokens")
+    try:
+        backend, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
+    except (ValueError, KeyError) as exc:
+        raise TokenizerError(f"tokenizer model {tokenizer_dict.get('tokenizer_type')!r} (tokenizer.ggml.model) is "
+                             f"not supported: {exc}") from None
+    _as_llama_cpp_does(backend, architecture, tokenizer_dict, tokenizer_config)
+    out.mkdir(parents=True, exist_ok=True)
+    backend.save(str(out / "tokenizer.json"))
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **{k: tokenizer_config.get(k) for k in ("bos_token", "eos_token", "pad_token", "unk_token")},
+        "add_bos_token": bool(tokenizer_config.get("add_bos_token")),
+        "add_eos_token": bool(tokenizer_config.get("add_eos_token")),
+        "clean_up_tokenization_spaces": False, "model_max_length": context,
+        "chat_template": tokenizer_config.get("chat_template"),
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None},
+                                                          indent=2, ensure_ascii=False))
+    return {"bos": _int(meta, "tokenizer.ggml.bos_token_id"), "eos": _int(meta, "tokenizer.ggml.eos_token_id")}
+
+
+def _build_byte_level(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None]:
+    """Byte-level BPE with a known pre-tokenizer, built here from the tokens and merges."""
     from tokenizers import AddedToken, Tokenizer, decoders, models
 
-    family = _text(meta, "tokenizer.ggml.model")
-    if family != "gpt2":
-        raise TokenizerError(f"tokenizer model {family!r} (tokenizer.ggml.model) is not supported: "
-                             "only byte-level BPE ('gpt2') tokenizers are")
     tokens = meta.get("tokenizer.ggml.tokens")
     merges = meta.get("tokenizer.ggml.merges")
     if not isinstance(tokens, list) or not tokens or not isinstance(merges, list):

@@ -1,10 +1,13 @@
 """GGUF architectures beyond llama's, on one CPU node: a Qwen3 file is imported with MLX weights
 (its per-head query and key norms mapped, its rotary embedding unpermuted) beside the file for
 llama.cpp; a Granite file, which the import has no MLX layout for, for llama.cpp alone (llama.cpp
-knows many more architectures than the MLX import maps). Both are random-weight models of the
-real model's tokenizer made by `tools.random_gguf`, with weights large enough that their greedy
-choices are decisive: llama.cpp's runner answers as llama.cpp itself does, and so does the MLX
-runner on the Qwen3 file (a wrong norm or rotation would change every token)."""
+knows many more architectures than the MLX import maps); a llama file with a SentencePiece
+vocabulary (Llama 2's kind of tokenizer, trained here on the project's docs by the sentencepiece
+library) with MLX weights and a tokenizer built by transformers' GGUF converter. All are
+random-weight models made by `tools.random_gguf` (the first two with the real model's tokenizer),
+with weights large enough that their greedy choices are decisive: llama.cpp's runner answers as
+llama.cpp itself does, and so does the MLX runner on the Qwen3 and SentencePiece files (a wrong
+norm, rotation or token would change the answer)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration import batch_clients as bc
+from tests.integration.gguf_files import sentencepiece_tokenizer
 from tests.integration.harness import wait_until
 from tests.integration.llama_parity import N, disagreement, first_tie, llama_reference
 from tests.integration.patience import patience
@@ -20,9 +24,14 @@ from tests.integration.real_model import PROMPTS
 from tests.integration.serving import compute_threads, http_json, ready_runners
 
 QWEN3, QWEN3_MLX, GRANITE = "local/rand-qwen3", "local/rand-qwen3-mlx", "local/rand-granite"
+SPM, SPM_MLX = "local/rand-spm", "local/rand-spm-mlx"
+MLX_TWIN = {QWEN3_MLX: QWEN3, SPM_MLX: SPM}
 SHAPE = ("--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--context", "2048",
          "--std", "0.5", "--embed-std", "2.0")
-PROMPT = {QWEN3: PROMPTS[0], GRANITE: PROMPTS[3]}  # prompts whose answers have no near-tie early on
+PROMPT = {QWEN3: PROMPTS[0], GRANITE: PROMPTS[3]}  # answers with no near-tie early on
+TEXTS = ["Hello world", " a leading space", "Two  spaces and\nnew lines\n\n", "numbers 12345 and 3.14",
+         "unicode: café, naïve, 日本語, emoji 🎉", "`llama_model_load_from_file` died", "[INST] hi [/INST]",
+         "</s> and <s> in text", "tabs\tand\rreturns", ""]
 DECISIVE = 12
 """Tokens of llama.cpp's own answer before its first near-tie, at least: the comparison is real."""
 
@@ -42,10 +51,14 @@ def arch_models(tmp_path_factory: pytest.TempPathFactory, real_model: Path) -> d
     tool = [sys.executable, "-m", "tools.random_gguf"]
     subprocess.run([*tool, "dump-tokenizer", str(real_model / "model.gguf"), str(tmp / "tokenizer.json")],
                    check=True, capture_output=True, timeout=patience(60))
+    docs = sorted((Path(__file__).parents[2] / "docs").glob("*.md"))
+    sentencepiece_tokenizer(docs, tmp / "spm-tokenizer.json", vocab=4000)
     models = {}
-    for arch, ids in (("qwen3", (QWEN3, QWEN3_MLX)), ("granite", (GRANITE,))):
-        made = tmp / f"{arch}.gguf"
-        subprocess.run([*tool, "make", str(tmp / "tokenizer.json"), str(made), "--arch", arch, *SHAPE],
+    for arch, ids, tokenizer in (("qwen3", (QWEN3, QWEN3_MLX), "tokenizer.json"),
+                                 ("granite", (GRANITE,), "tokenizer.json"),
+                                 ("llama", (SPM, SPM_MLX), "spm-tokenizer.json")):
+        made = tmp / f"{ids[0].split('-', 1)[1]}.gguf"
+        subprocess.run([*tool, "make", str(tmp / tokenizer), str(made), "--arch", arch, *SHAPE],
                        check=True, capture_output=True, timeout=patience(60))
         for model_id in ids:
             added = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(made), "--id",
@@ -58,18 +71,19 @@ def arch_models(tmp_path_factory: pytest.TempPathFactory, real_model: Path) -> d
 
 @pytest.fixture(scope="module")
 def arch_node(module_nodes, arch_models):
-    node = module_nodes(args=("--place", QWEN3, "--place", GRANITE),
+    node = module_nodes(args=("--place", QWEN3, "--place", GRANITE, "--place", SPM),
                         models={dir_of(m): d for m, d in arch_models.items()},
                         config={"runner": {"threads": compute_threads()}})
-    status, placed = http_json(f"{node.url}/place_instance", {"model_id": QWEN3_MLX, "engine": "mlx"})
-    assert status == 200, placed
-    wait_until(node, lambda: len(ready_runners(node)) >= 3, 120, "the three runners ready")
+    for model_id in MLX_TWIN:
+        status, placed = http_json(f"{node.url}/place_instance", {"model_id": model_id, "engine": "mlx"})
+        assert status == 200, placed
+    wait_until(node, lambda: len(ready_runners(node)) >= 5, 120, "the five runners ready")
     return node
 
 
-def answer(node, model_id: str, logprobs: bool) -> dict:  # type: ignore[type-arg]
+def answer(node, model_id: str, logprobs: bool, prompt: str = "") -> dict:  # type: ignore[type-arg]
     body = {"model": model_id, "max_tokens": N, "temperature": 0, "logprobs": logprobs,
-            "messages": [{"role": "user", "content": PROMPT[QWEN3 if model_id == QWEN3_MLX else model_id]}]}
+            "messages": [{"role": "user", "content": prompt or PROMPT[MLX_TWIN.get(model_id, model_id)]}]}
     status, reply = bc.complete(node.url, body)
     assert status == 200, reply
     return reply
@@ -113,3 +127,29 @@ def test_an_architecture_with_no_mlx_layout_is_served_by_llama_cpp_alone(arch_no
     assert first_tie(ref) >= DECISIVE, ref["tokens"]
     reply = answer(arch_node, GRANITE, logprobs=True)
     assert disagreement(reply["choices"][0]["message"]["content"], ref, reply) == ""
+
+
+def test_a_sentencepiece_gguf_tokenizes_and_answers_as_llama_cpp_on_both_engines(arch_node, arch_models):
+    """Llama 2's kind of vocabulary (pieces and scores, byte fallback, BOS added): the tokenizer
+    the import writes (transformers' converter) encodes text, special tokens included, to the ids
+    llama.cpp's own tokenizer gives; the MLX runner and the llama.cpp runner answer as llama.cpp."""
+    import llama_cpp
+    from transformers import AutoTokenizer
+
+    spm = arch_models[SPM]
+    assert (spm / "model.safetensors").is_file() and (spm / "model.gguf").is_file()
+    tok = AutoTokenizer.from_pretrained(str(spm))
+    vocab = llama_cpp.Llama(str(spm / "model.gguf"), vocab_only=True, verbose=False)
+    for text in TEXTS:
+        assert tok.encode(text) == vocab.tokenize(text.encode(), add_bos=True, special=True), text
+    assert serving_engines(arch_node, SPM) == (["mlx", "llama_cpp"], ["llama_cpp"])
+    # A prompt whose answer is decisive and has no lone byte token: llama.cpp's binding drops an
+    # undecodable byte from its text where the engines (as llama-server and mlx-lm) write U+FFFD.
+    refs = llama_reference(spm, PROMPTS, N)
+    chosen = [(p, r) for p, r in zip(PROMPTS, refs) if first_tie(r) >= DECISIVE and all(t[0] for t in r["tokens"])]
+    assert chosen, [(first_tie(r), r["text"]) for r in refs]
+    prompt, ref = chosen[0]
+    llama = answer(arch_node, SPM, logprobs=True, prompt=prompt)
+    assert disagreement(llama["choices"][0]["message"]["content"], ref, llama) == ""
+    mlx = answer(arch_node, SPM_MLX, logprobs=False, prompt=prompt)["choices"][0]["message"]["content"]
+    assert disagreement(mlx, trimmed(ref)) == "", (mlx, ref["text"])

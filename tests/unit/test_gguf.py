@@ -85,7 +85,7 @@ def test_the_tokenizer_is_built_from_the_metadata(tmp_path: Path):
 
 
 @pytest.mark.parametrize("extra,needle", [
-    ({"tokenizer.ggml.model": "llama"}, "tokenizer model 'llama'"),
+    ({"tokenizer.ggml.model": "bert"}, "tokenizer model 'bert'"),  # WordPiece: neither builder knows it
     ({"tokenizer.ggml.pre": "deepseek-coder"}, "pre-tokenizer 'deepseek-coder'"),
     ({"tokenizer.ggml.tokens": []}, "no tokenizer.ggml.tokens"),
 ])
@@ -184,3 +184,31 @@ def test_qwen3s_query_and_key_norms_have_their_mlx_names():
             "qwen3.block_count": 2, "qwen3.attention.key_length": 16}
     config = _config(Path("q.gguf"), Header(meta, {"token_embd.weight": "F16"}), for_mlx=True)
     assert (config["model_type"], config["head_dim"], config["rope_traditional"]) == ("qwen3", 16, False)
+
+
+def spm_meta(add_space_prefix: bool = True) -> dict[str, object]:
+    """A SentencePiece vocabulary as llama.cpp writes one (`tokenizer.ggml.model` "llama": pieces
+    and scores, no merges; the BPE merges follow from the scores)."""
+    tokens = ["<unk>", "<s>", "</s>", "\u2581", "h", "i", "\u2581h", "hi", "\u2581hi", "<0x0A>"]
+    return {"general.architecture": "llama", "tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default",
+            "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": [0, 0, 0, -1, -2, -3, -4, -5, -6, 0],
+            "tokenizer.ggml.token_type": [2, 3, 3, 1, 1, 1, 1, 1, 1, 6], "tokenizer.ggml.bos_token_id": 1,
+            "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.unknown_token_id": 0,
+            "tokenizer.ggml.add_space_prefix": add_space_prefix, "tokenizer.chat_template": "{{ bos_token }}x"}
+
+
+def test_a_sentencepiece_vocabulary_is_built_by_transformers_and_tokenizes_as_llama_cpp(tmp_path: Path):
+    """Llama 2's kind: BOS added (llama.cpp's default for SentencePiece), the space prefix
+    prepended to the text as it is, so a leading space doubles (`" hi"` -> `▁ ▁hi`), and the
+    decoder takes the prefix off again."""
+    assert gguf_tokenizer.build(spm_meta(), tmp_path, 4096) == {"bos": 1, "eos": 2}
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert tok.encode("hi").ids == [1, 8]
+    assert tok.encode(" hi").ids == [1, 3, 8]
+    assert tok.encode("hi hi").tokens == ["<s>", "\u2581hi", "\u2581hi"]
+    assert tok.decode(tok.encode("hi hi").ids) == "hi hi"
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert (config["bos_token"], config["eos_token"], config["unk_token"]) == ("<s>", "</s>", "<unk>")
+    assert config["add_bos_token"] is True and config["chat_template"] == "{{ bos_token }}x"
+    gguf_tokenizer.build(spm_meta(add_space_prefix=False), tmp_path / "bare", 4096)
+    assert Tokenizer.from_file(str(tmp_path / "bare" / "tokenizer.json")).encode("hi").ids == [1, 7]
