@@ -19,8 +19,8 @@ answers (a crash shows as the shell's exit status):
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,18 @@ def run(variant: str, model_dir: Path) -> None:
         raise SystemExit(f"unknown variant {variant}")
 
 
-if __name__ == "__main__":
+VARIANTS = ("binding", "ours", "torch", "standby", "runner", "fork", "engine")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("variant", choices=VARIANTS)
+    p.add_argument("model_dir", type=Path, help="a model directory holding model.gguf")
+    ns = p.parse_args()
     t = time.monotonic()
-    run(sys.argv[1], Path(sys.argv[2]))
-    print(f"{sys.argv[1]} ok in {time.monotonic() - t:.1f}s", flush=True)
+    run(ns.variant, ns.model_dir)
+    print(f"{ns.variant} ok in {time.monotonic() - t:.1f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

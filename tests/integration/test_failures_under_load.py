@@ -107,7 +107,10 @@ def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
     wait_until(node, lambda: len(running_runners(node) or {}) == 0 and sum(
         "RunnerReady" in s for s in http_json(f"{node.url}/state")[1]["runners"].values()) == 2,
         60, "two ready instances")
-    clients = load(node, streams=6, plain=2, max_tokens=300)
+    # Long answers (~15 s each here): on a busy machine this process may take seconds between
+    # seeing the victim busy and the kill, and the victim must still be mid-answer then (with
+    # 300 tokens its four answers once ended 0.1 s before the SIGABRT landed).
+    clients = load(node, streams=6, plain=2, max_tokens=1000)
     producing(clients, node)  # (under CPU contention the two instances' streams need not overlap)
     victim, victim_instance = next(iter(running_runners(node).items()))
     before = node.status()
