@@ -5,11 +5,13 @@ GGUF keeps the tokenizer in its metadata (`tokenizer.ggml.*`): the model family 
 byte-level BPE), every token, the merges, each token's type (3: control), the special ids, the
 chat template, and `tokenizer.ggml.pre`, llama.cpp's name for the pre-tokenizer the model was
 trained with. Byte-level BPE models are built here, for the pre-tokenizers in `PRE_TOKENIZERS`
-(the suite checks them against llama.cpp's own tokenizer on the real model). Every other kind
-(SentencePiece `llama` tokenizers: Llama 2, Mistral 7B v0.1, Gemma, Phi-3; T5's Unigram; byte-level
-BPE with another `pre`) is built by transformers' GGUF tokenizer converter
-(`transformers.integrations.gguf`), which knows each family's normalizer, pre-tokenizer and decoder.
-What neither knows (WordPiece: BERT's embedding models) is refused by name.
+(the suite checks them against llama.cpp's own tokenizer on the real model), and for the others
+transformers' GGUF converter knows a split regex of (`tekken`, `deepseek-r1-qwen`, `gpt-4o`, ...):
+the tokens as the file writes them, so special tokens stay whole and nothing is added. Every other
+kind (SentencePiece `llama` tokenizers: Llama 2, Mistral 7B v0.1, Gemma, Phi-3; T5's Unigram) is
+built by transformers' GGUF tokenizer converter (`transformers.integrations.gguf`), which knows
+each family's normalizer, pre-tokenizer and decoder. What neither knows (WordPiece: BERT's
+embedding models, a pre-tokenizer no one names) is refused by name.
 """
 
 from __future__ import annotations
@@ -40,13 +42,23 @@ class TokenizerError(ValueError):
     """The file's tokenizer cannot be built (the message names what)."""
 
 
+def _pre_tokenizer_steps(pre: str) -> tuple[str, ...]:
+    """The steps of llama.cpp's pre-tokenizer `pre`: ours, or the split regex transformers' GGUF
+    converter knows for it followed by the byte-level mapping."""
+    steps = PRE_TOKENIZERS.get(pre)
+    if steps is None and (split := _converter_splits().get(pre)) is not None:
+        steps = ("split:" + split, "bytelevel-noregex")
+    if steps is None:
+        known = sorted({*PRE_TOKENIZERS, *_converter_splits()})
+        raise TokenizerError(f"pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported "
+                             f"(supported: {', '.join(known)})")
+    return steps
+
+
 def _pre_tokenizer(pre: str) -> Any:
     from tokenizers import Regex, pre_tokenizers
 
-    steps = PRE_TOKENIZERS.get(pre)
-    if steps is None:
-        raise TokenizerError(f"pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported "
-                             f"(supported: {', '.join(sorted(PRE_TOKENIZERS))})")
+    steps = _pre_tokenizer_steps(pre)
     built: list[pre_tokenizers.PreTokenizer] = []
     for step in steps:
         if step == "digits":
@@ -77,23 +89,19 @@ def _int(meta: dict[str, Any], key: str) -> int | None:
 
 def build(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None]:
     """Write `tokenizer.json` and `tokenizer_config.json` into `out`; the bos/eos ids."""
-    family, pre = _text(meta, "tokenizer.ggml.model"), _text(meta, "tokenizer.ggml.pre") or "default"
-    if family == "gpt2" and pre in PRE_TOKENIZERS:
+    if _text(meta, "tokenizer.ggml.model") == "gpt2":  # the tokens as written, special ones whole
         return _build_byte_level(meta, out, context)
-    if family == "gpt2" and pre not in _converter_splits():  # its split would be GPT-2's, not the model's
-        known = sorted({*PRE_TOKENIZERS, *_converter_splits()})
-        raise TokenizerError(f"pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported (supported: "
-                             f"{', '.join(known)})")
     return _build_by_transformers(meta, out, context)
 
 
-def _converter_splits() -> set[str]:
-    """The byte-level pre-tokenizers transformers' converter knows (none where it is missing)."""
+def _converter_splits() -> dict[str, str]:
+    """The split regexes of the byte-level pre-tokenizers transformers' GGUF converter knows
+    (none where it is missing)."""
     try:
         from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
     except ImportError:
-        return set()
-    return set(GGUF_PRE_TOKENIZER_SPLITS)
+        return {}
+    return dict(GGUF_PRE_TOKENIZER_SPLITS)
 
 
 def _tokenizer_dict(meta: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -127,7 +135,7 @@ def _as_llama_cpp_does(backend: Any, architecture: str, tokenizer_dict: dict[str
     SentencePiece and Llama 2's own tokenizer.json do; the converter's `Metaspace` would not double
     it). Every vocabulary: BOS (and EOS) added where the file says so (`add_bos_token`), as a
     post-processor, so `encode` adds them as llama.cpp's tokenizer does."""
-    from tokenizers import normalizers, processors
+    from tokenizers import normalizers
     from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_SENTENCEPIECE_BUILDERS
 
     if tokenizer_dict.get("tokenizer_type") == "llama" and architecture not in GGUF_SENTENCEPIECE_BUILDERS:
@@ -136,9 +144,20 @@ def _as_llama_cpp_does(backend: Any, architecture: str, tokenizer_dict: dict[str
             steps.insert(0, normalizers.Prepend(prepend="\u2581"))
         backend.normalizer = normalizers.Sequence(steps)
         backend.pre_tokenizer = None
-    bos, eos = str(tokenizer_config.get("bos_token") or ""), str(tokenizer_config.get("eos_token") or "")
-    add_bos = bool(tokenizer_config.get("add_bos_token") and bos)
-    add_eos = bool(tokenizer_config.get("add_eos_token") and eos)
+    _add_ends(backend, str(tokenizer_config.get("bos_token") or ""), str(tokenizer_config.get("eos_token") or ""),
+              bool(tokenizer_config.get("add_bos_token")), bool(tokenizer_config.get("add_eos_token")))
+
+
+def _add_ends(backend: Any, bos: str, eos: str, add_bos: bool, add_eos: bool) -> None:
+    """BOS and EOS added to every input where the file says so, as llama.cpp's tokenizer does
+    (a post-processor of the tokenizer: `encode` then adds them, for MLX's raw prompts too)."""
+    from tokenizers import processors
+
+    add_bos, add_eos = add_bos and bool(bos), add_eos and bool(eos)
+    missing = [t for t, on in ((bos, add_bos), (eos, add_eos)) if on and backend.token_to_id(t) is None]
+    if missing:
+        raise TokenizerError(f"the file's {' and '.join(missing)} (to be added to every input) is not a token of "
+                             "the tokenizer built from it")
     if add_bos or add_eos:
         def around(seq: str) -> str:
             return " ".join([*([bos] if add_bos else []), seq, *([eos] if add_eos else [])])
@@ -160,7 +179,7 @@ def _build_by_transformers(meta: dict[str, Any], out: Path, context: int) -> dic
         raise TokenizerError("the file has no tokenizer.ggml.tokens")
     try:
         backend, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise TokenizerError(f"tokenizer model {tokenizer_dict.get('tokenizer_type')!r} (tokenizer.ggml.model) is "
                              f"not supported: {exc}") from None
     _as_llama_cpp_does(backend, architecture, tokenizer_dict, tokenizer_config)
@@ -200,17 +219,20 @@ def _build_byte_level(meta: dict[str, Any], out: Path, context: int) -> dict[str
     tok.decoder = decoders.ByteLevel()
     control = [tokens[i] for i, t in enumerate(types) if t == CONTROL and i < len(tokens)]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
-
     ids = {name: _int(meta, f"tokenizer.ggml.{name}_token_id") for name in ("bos", "eos", "padding", "unknown")}
 
     def token(name: str) -> str | None:
         i = ids[name]
         return tokens[i] if i is not None and 0 <= i < len(tokens) else None
 
-    raw_bos = meta.get("tokenizer.ggml.add_bos_token")
-    add_bos = bool(raw_bos.item() if raw_bos is not None and hasattr(raw_bos, "item") else raw_bos)
+    def flag(key: str) -> bool:
+        raw = meta.get(key)
+        return bool(raw.item() if raw is not None and hasattr(raw, "item") else raw)
+
+    add_bos = flag("tokenizer.ggml.add_bos_token")
+    _add_ends(tok, token("bos") or "", token("eos") or "", add_bos, flag("tokenizer.ggml.add_eos_token"))
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": token("bos"), "eos_token": token("eos"), "pad_token": token("padding"),

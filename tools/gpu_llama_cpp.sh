@@ -15,7 +15,8 @@
 # $WORK/out, the nodes' logs as nodes.tar.xz there, and $WORK/done at the end. Before the benchmark,
 # `tools/gpu_llama_smoke.py` loads the Q4_0 file on the GPU in one process per variant of a runner's
 # start (smoke.log): where the node's runner dies, that says which part of its start llama.cpp does
-# not survive. `bash tools/gpu_prepare.sh` (here, with network to the package index) fills .whl/ and .gpu/.
+# not survive. `bash tools/gpu_prepare.sh` (here, with network to the package index) fills .whl/ and .gpu/:
+# the node runs from the wheel built there, so prepare again after changing the code.
 # Each benchmark is stopped at the end of the script's $BUDGET_S (default 560) seconds, and the F16
 # one is skipped when less than $F16_NEEDS_S (default 150) of them remain.
 set -u -o pipefail
@@ -34,8 +35,9 @@ finish() {
   touch "$WORK/done"; exit "$1"
 }
 
+F16_SRC=${1:+$(realpath "$1")}
 step "install"
-cp -r tools "$WORK/tools"
+rm -rf "$WORK/tools" && cp -r tools "$WORK/tools"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" .whl/*.whl \
   || finish 1
 tar xJf .gpu/llama.cpp.tar.xz -C "$WORK" || finish 1
@@ -55,7 +57,7 @@ step "build (beside it: the model)"
 start=$(date +%s)
 cmake --build build --target llama-server llama-quantize llama -j "$(nproc)" > "$OUTDIR/build.log" 2>&1 &
 BUILD=$!
-if [ $# -ge 1 ]; then cp "$1" f16.gguf; else python3 -m tools.random_gguf make tokenizer.json f16.gguf || finish 1; fi
+if [ -n "$F16_SRC" ]; then cp "$F16_SRC" f16.gguf; else python3 -m tools.random_gguf make tokenizer.json f16.gguf || finish 1; fi
 wait $BUILD || { tail -40 "$OUTDIR/build.log"; finish 1; }
 step "built in $(( $(date +%s) - start )) s"
 
@@ -69,10 +71,11 @@ step "quantize Q4_0"
 "$BIN/llama-quantize" f16.gguf q4_0.gguf Q4_0 "$(nproc)" > "$OUTDIR/quantize.log" 2>&1 || { tail "$OUTDIR/quantize.log"; finish 1; }
 
 step "import q4_0"
-python3 -m skulk.scripts.cli model add q4_0.gguf --home home || finish 1
+[ -d home/models/local--q4_0 ] || python3 -m skulk.scripts.cli model add q4_0.gguf --home home || finish 1
 step "which part of a runner's start llama.cpp survives on the GPU (smoke.log)"
 for v in binding ours torch standby runner fork engine; do
-  timeout 120 python3 -m tools.gpu_llama_smoke "$v" home/models/local--q4_0 2>&1 | grep -v '^llama_\|^load\|^print_info' | tail -25 >> "$OUTDIR/smoke.log"
+  [ "$(left)" -gt 200 ] || { step "smoke stopped: $(left) s left"; break; }
+  timeout 60 python3 -m tools.gpu_llama_smoke "$v" home/models/local--q4_0 2>&1 | grep -v '^llama_\|^load\|^print_info' | tail -25 >> "$OUTDIR/smoke.log"
   echo "exit ${PIPESTATUS[0]} ($v)" | tee -a "$OUTDIR/smoke.log"
 done
 
@@ -85,8 +88,12 @@ for q in q4_0 f16; do
   [ -d home/models/local--"$q" ] || python3 -m skulk.scripts.cli model add "$q.gguf" --home home || finish 1
   dir=$(ls -d home/models/*--"$q")
   step "bench $q"
-  [ "$(left)" -gt 30 ] && timeout -k 5 "$(left)" python3 -m tools.bench_throughput --engine llama_cpp --model-dir "$dir" --concurrency 1,8,32 --tokens 128 \
-    --max-batch 32 --prefill-chunk 2048 2>&1 | tee "$OUTDIR/bench-$q.log" || status=1
+  if [ "$(left)" -gt 30 ]; then
+    timeout -k 5 "$(left)" python3 -m tools.bench_throughput --engine llama_cpp --model-dir "$dir" \
+      --concurrency 1,8,32 --tokens 128 --max-batch 32 --prefill-chunk 2048 2>&1 | tee "$OUTDIR/bench-$q.log" || status=1
+  else
+    step "bench $q skipped: $(left) s left"
+  fi
   rm -rf "$dir"
 done
 step "done (status $status)"

@@ -14,7 +14,7 @@ answers (a crash shows as the shell's exit status):
 - `runner`: what the runner does, in its order: the GPU probe, the tokenizer, then the model;
 - `fork`: the standby's imports, then a fork, then `runner` in the child (a standby runner is forked
   from the node's zygote before it imports);
-- `engine`: the runner's `LlamaCppEngine.load()` and one greedy step, in a fresh process.
+- `engine`: the runner's `LlamaCppEngine.load()`, in a fresh process.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def lost_error(message: str) -> bool:
 def load(node, streams: int, plain: int = 0, max_tokens: int = 400) -> StreamLoad:
     bodies = [chat_body(MODEL, PROMPT, max_tokens) for _ in range(streams)]
     bodies += [chat_body(MODEL, PROMPT, max_tokens, stream=False) for _ in range(plain)]
-    return StreamLoad("127.0.0.1", node.api_port, bodies, read_timeout=60).start()
+    return StreamLoad("127.0.0.1", node.api_port, bodies, read_timeout=patience(60)).start()
 
 
 def producing(clients: StreamLoad, node) -> None:

@@ -2,12 +2,13 @@
 (its per-head query and key norms mapped, its rotary embedding unpermuted) beside the file for
 llama.cpp; a Granite file, which the import has no MLX layout for, for llama.cpp alone (llama.cpp
 knows many more architectures than the MLX import maps); a llama file with a SentencePiece
-vocabulary (Llama 2's kind of tokenizer, trained here on the project's docs by the sentencepiece
-library) with MLX weights and a tokenizer built by transformers' GGUF converter. All are
-random-weight models made by `tools.random_gguf` (the first two with the real model's tokenizer),
-with weights large enough that their greedy choices are decisive: llama.cpp's runner answers as
-llama.cpp itself does, and so does the MLX runner on the Qwen3 and SentencePiece files (a wrong
-norm, rotation or token would change the answer)."""
+vocabulary (Llama 2's kind of tokenizer, trained here by the sentencepiece library on a fixed
+text, `spm_corpus.txt`, a snapshot of two of the project's docs kept apart so that editing the
+docs changes no model here) with MLX weights and a tokenizer built by transformers' GGUF
+converter. All are random-weight models made by `tools.random_gguf` (the first two with the real
+model's tokenizer), with weights large enough that their greedy choices are decisive: llama.cpp's
+runner answers as llama.cpp itself does, and so does the MLX runner on the Qwen3 and SentencePiece
+files (a wrong norm, rotation or token would change the answer)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,7 @@ def arch_models(tmp_path_factory: pytest.TempPathFactory, real_model: Path) -> d
     tool = [sys.executable, "-m", "tools.random_gguf"]
     subprocess.run([*tool, "dump-tokenizer", str(real_model / "model.gguf"), str(tmp / "tokenizer.json")],
                    check=True, capture_output=True, timeout=patience(60))
-    docs = sorted((Path(__file__).parents[2] / "docs").glob("*.md"))
-    sentencepiece_tokenizer(docs, tmp / "spm-tokenizer.json", vocab=4000)
+    sentencepiece_tokenizer([Path(__file__).with_name("spm_corpus.txt")], tmp / "spm-tokenizer.json", vocab=4000)
     models = {}
     for arch, ids, tokenizer in (("qwen3", (QWEN3, QWEN3_MLX), "tokenizer.json"),
                                  ("granite", (GRANITE,), "tokenizer.json"),

@@ -212,3 +212,18 @@ def test_a_sentencepiece_vocabulary_is_built_by_transformers_and_tokenizes_as_ll
     assert config["add_bos_token"] is True and config["chat_template"] == "{{ bos_token }}x"
     gguf_tokenizer.build(spm_meta(add_space_prefix=False), tmp_path / "bare", 4096)
     assert Tokenizer.from_file(str(tmp_path / "bare" / "tokenizer.json")).encode("hi").ids == [1, 7]
+
+
+def test_a_byte_level_vocabulary_adds_bos_where_the_file_says_and_keeps_its_special_tokens(tmp_path: Path):
+    """Llama 3's and DeepSeek's kind: BOS on every input (`add_bos_token`), a split regex the
+    converter knows (`deepseek-r1-qwen`) on tokens as the file writes them, so a special token
+    spelled outside the byte alphabet stays one token."""
+    bos = "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
+    meta = tiny_meta(**{"tokenizer.ggml.pre": "deepseek-r1-qwen", "tokenizer.ggml.add_bos_token": True,
+                        "tokenizer.ggml.tokens": [bos, "<|im_start|>", "<|im_end|>", "a", "b", "ab", "\u0120",
+                                                  "\u0120a", "1", "2"]})
+    assert gguf_tokenizer.build(meta, tmp_path, 8192) == {"bos": 1, "eos": 2}
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert tok.encode("ab").ids == [1, 5] and tok.encode(f"{bos}ab").ids == [1, 0, 5]
+    with pytest.raises(gguf_tokenizer.TokenizerError, match="'deepseek-coder'"):
+        gguf_tokenizer.build(tiny_meta(**{"tokenizer.ggml.pre": "deepseek-coder"}), tmp_path / "x", 8192)

@@ -22,7 +22,7 @@ ALLOWED = {
     "node": {"msgpack", "zmq", "yaml", "psutil", "prometheus_client", "huggingface_hub", "llguidance",
              "skulk.wire", "skulk.cluster", "skulk.node"},
 }
-ONLY_INSIDE_FUNCTIONS = {"node": {"mlx", "tokenizers", "gguf"}}
+ONLY_INSIDE_FUNCTIONS = {"node": {"mlx", "tokenizers", "gguf", "transformers"}}
 """Imported where they are used, never at a module's top: the GGUF import (`node/gguf_import.py`)
 needs them, the supervisor and the roles that import `node/` never load them."""
 
