@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,9 +91,11 @@ def pool(hidden: Any, lengths: Sequence[int], mode: Pooling, dimensions: int = 0
     return pooled / mx.maximum(mx.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
 
 
-def to_bytes(row: Sequence[float]) -> bytes:
-    """Little-endian float32 (what OpenAI's base64 encoding carries)."""
-    return struct.pack(f"<{len(row)}f", *row)
+def to_bytes(row: Any) -> bytes:
+    """Little-endian float32 (what OpenAI's base64 encoding carries), from a list or an array."""
+    import numpy as np
+
+    return np.asarray(row, dtype="<f4").tobytes()
 
 
 class EmbedModel(Protocol):
@@ -143,7 +144,9 @@ class MlxEmbedEngine:
         longest = max(len(p) for p in prompts)
         ids = mx.array([list(p) + [0] * (longest - len(p)) for p in prompts])
         vectors = pool(self.model.model(ids), [len(p) for p in prompts], self.pooling, dimensions)
-        return [to_bytes(row) for row in vectors.tolist()]
+        import numpy as np
+
+        return [to_bytes(row) for row in np.array(vectors)]
 
 
 @dataclass

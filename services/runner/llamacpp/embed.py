@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from skulk.services.runner.embed_engine import INPUTS_PER_STEP, Pooling, pooling_of
+from skulk.services.runner.embed_engine import INPUTS_PER_STEP, Pooling, pooling_of, to_bytes
 from skulk.services.runner.llamacpp.batch import Batch
 from skulk.services.runner.llamacpp.model_file import LlamaLoadError, gguf_of, load_model, threads
 from skulk.services.runner.llamacpp.text import Vocab
@@ -104,7 +104,7 @@ class LlamaEmbedEngine:
             pointer = lib.llama_get_embeddings_seq(self.ctx, seq)
             if not pointer:
                 raise RuntimeError(f"llama.cpp gave no pooled embedding for input {seq}")
-            out.append(unit(np.ctypeslib.as_array(pointer, shape=(self.width,)), dimensions).astype("<f4").tobytes())
+            out.append(to_bytes(unit(np.ctypeslib.as_array(pointer, shape=(self.width,)), dimensions)))
         return out
 
 
