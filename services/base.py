@@ -24,7 +24,7 @@ from typing import Any
 import zmq
 from setproctitle import setproctitle
 
-from skulk.node import exitcodes, logsetup
+from skulk.node import exitcodes, last_words, logsetup
 from skulk.node.child_signals import DEFERRED_SIGNALS, STOP_SIGNALS
 from skulk.node.role_args import ChildArgs
 from skulk.services import faults
@@ -257,10 +257,13 @@ def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> N
         os._exit(exitcodes.CLEAN)
     except BootRefused as exc:
         log.error("%s failed to boot: %s", args.child_id, exc)
+        last_words.leave(args.run_dir, str(exc))
         logging.shutdown()
         os._exit(exc.code)
     except (zmq.ZMQError, OSError, ValueError, SystemExit) as exc:
         log.error("%s failed to boot: %s", args.child_id, exc)
+        if not isinstance(exc, SystemExit):  # argparse has printed its own usage line
+            last_words.leave(args.run_dir, f"failed to boot: {exc}")
         os._exit(exitcodes.BOOT_FAILURE)
     runtime.ready(loop.status_detail)
     faults.inject(role, "ready")
@@ -268,9 +271,11 @@ def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> N
         code = loop.run()
     except PeerLost as exc:
         log.error("%s stopped: %s", args.child_id, exc)
+        last_words.leave(args.run_dir, str(exc))
         code = exitcodes.CRASHED
-    except Exception:
+    except Exception as exc:
         log.exception("%s crashed", args.child_id)
+        last_words.leave(args.run_dir, f"{type(exc).__name__}: {exc}")
         code = exitcodes.CRASHED
     curve.release(runtime.ctx)  # its watcher and ZAP threads first: libzmq aborts under them
     runtime.ctx.destroy(linger=0)

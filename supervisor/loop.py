@@ -20,7 +20,7 @@ from typing import Any
 
 import zmq
 
-from skulk.node import node_identity
+from skulk.node import last_words, node_identity
 from skulk.node.config import NodeConfig
 from skulk.supervisor import control
 from skulk.supervisor import drain as node_drain  # `drain` is the sockets' helper
@@ -299,7 +299,7 @@ class NodeLoop:
     def _reap(self, now: float) -> None:
         for owner, slot in list(self.root.workers()):
             if slot.proc is not None and (code := slot.proc.poll()) is not None:
-                owner.handle_exit(slot.id, code, now)
+                owner.handle_exit(slot.id, code, now, last_words.take(self.run_dir, slot.proc.pid))
                 if slot.spec.module == RUNNER_MODULE and code not in (0, -signal.SIGTERM):
                     self._make_standby(f"{slot.id} failed: the leader re-creates its instance")
 

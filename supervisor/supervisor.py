@@ -123,8 +123,9 @@ class Supervisor:
             slot.clock = slot.clock.in_step(now, step_age_s, step) if step else slot.clock.beat(now)
         return True
 
-    def handle_exit(self, child_id: str, returncode: int, now: float) -> None:
-        """A child process (or child supervisor) has ended with `returncode`."""
+    def handle_exit(self, child_id: str, returncode: int, now: float, words: str = "") -> None:
+        """A child process (or child supervisor) has ended with `returncode`; `words`: the reason
+        the child left for its exit (`node/last_words.py`), told after the code."""
         slot = self.slots[child_id]
         prev = slot.state
         pid = slot.proc.pid if isinstance(slot, WorkerSlot) and slot.proc else None
@@ -136,6 +137,8 @@ class Supervisor:
         slot.state = "stopped"
         detail = exitcodes.describe(returncode) if isinstance(slot, WorkerSlot) else (
             "escalated" if returncode == exitcodes.ESCALATED else "stopped")
+        if words:
+            detail = f"{detail}: {words}"
         if classify_exit(prev, returncode, self.stopping()) is ExitKind.STOPPED:
             log.info("%s stopped (pid %s, %s)", child_id, pid, detail)
             self.emit(child_id, self.spec.id, LifecycleEvent.STOPPED, pid, slot.restarts, detail, returncode)

@@ -278,8 +278,8 @@ def test_a_gguf_llama_cpp_cannot_load_is_served_by_mlx_instead(nodes, real_model
     assert inst["MlxRingInstance"]["engine"] == "mlx"
     (note,) = state["deletedInstances"].values()
     assert note["cause"] == "engine_refused", note
-    assert "placing it again without llama_cpp" in note["reason"], note  # (the runner's own words come
-    # with it when they reach the leader before its exit code does: either may come first)
+    assert "placing it again without llama_cpp" in note["reason"], note
+    assert "llama_cpp cannot run" in note["reason"], note  # the runner's own words, whichever came first
     status, reply = bc.complete(node.url, ask(PROMPTS[0]))
     assert status == 200 and content(reply), reply
     assert node.status()["runners"].restarts == 0  # no crash loop: one refusal, one placement
@@ -342,6 +342,5 @@ def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_m
     finally:
         wait.kill()
     assert wait.returncode == 1 and "will not be ready" in err, err
-    assert "no other engine can run it" in err, err  # (the runner's own words come with it when they
-    # reach the leader before its exit code does: either may come first)
+    assert "no other engine can run it" in err and "llama_cpp cannot run" in err, err  # its own words too
     assert node.status()["runners"].restarts == 0

@@ -33,6 +33,7 @@ class World:
         self.procs: dict[str, FakeProc] = {}
         self.log: list[tuple[str, str]] = []
         self.terminated: list[tuple[str, int]] = []
+        self.details: list[str] = []  # each stop's or exit's detail, in order
         self._pid = 100
 
     def spawn(self, spec: ChildSpec, child_id: str, extra: tuple[str, ...]) -> FakeProc:
@@ -44,16 +45,17 @@ class World:
     def emit(self, child_id, sup, event, pid, restarts, detail, exit_code=None) -> None:
         if event in ("stopped", "exited"):
             self.log.append((event, child_id))
+            self.details.append(detail)
 
     def on_terminated(self, sup_id: str, code: int, now: float) -> None:
         self.terminated.append((sup_id, code))
 
-    def exit(self, sup: Supervisor, child_id: str, code: int, now: float) -> None:
-        """The process ends: the loop reaps it and tells its owner."""
+    def exit(self, sup: Supervisor, child_id: str, code: int, now: float, words: str = "") -> None:
+        """The process ends (leaving `words`): the loop reaps it and tells its owner."""
         self.procs[child_id].returncode = code
         for owner, slot in list(sup.workers()):
             if slot.id == child_id:
-                owner.handle_exit(child_id, code, now)
+                owner.handle_exit(child_id, code, now, words)
 
     def ready_all(self, sup: Supervisor, now: float) -> None:
         for owner, slot in sup.workers():

@@ -3,11 +3,12 @@ end by the stop signal are stopped, not failed; failures while not stopping are 
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
 
-from skulk.node import exitcodes
+from skulk.node import exitcodes, last_words
 from skulk.supervisor.exits import ExitKind, classify_exit
 from skulk.supervisor.spec import SupervisorSpec
 from tests.unit.supervisor_fakes import World, child, make
@@ -71,6 +72,20 @@ def test_a_clean_exit_while_not_stopping_is_still_a_failure_and_restarted():
     assert events(world) == [("exited", "b"), ("spawn", "b")]
     assert world.procs["b"].pid != first and sup.slots["b"].restarts == 1
     assert len(sup.budget.stamps) == 1 and not sup.terminating
+
+
+def test_an_exit_record_carries_the_childs_own_words_after_its_code(tmp_path):
+    """The words a child left (`last_words`) reach the exit record, whatever order its bus
+    reports and its exit arrive in; taken once, so a later child with the same pid finds none."""
+    sup, world = make("one_for_one")
+    world.exit(sup, "a", exitcodes.ENGINE_REFUSED, 1.0, "llama_cpp cannot run m: a damaged file")
+    world.exit(sup, "b", -signal.SIGKILL, 1.1)
+    assert world.details == ["exit code 88 (the engine cannot run this checkpoint): llama_cpp cannot run m: "
+                             "a damaged file", "signal 9 (SIGKILL)"]
+    last_words.leave(tmp_path, "cannot load model.gguf:\n  truncated   at 1 MiB" + "x" * 5000)
+    words = last_words.take(tmp_path, os.getpid())
+    assert words.startswith("cannot load model.gguf: truncated at 1 MiB") and len(words) <= last_words.LIMIT
+    assert last_words.take(tmp_path, os.getpid()) == "" and last_words.take(tmp_path / "none", 1) == ""
 
 
 def test_a_child_supervisor_not_yet_asked_knows_its_parent_is_stopping():
