@@ -184,6 +184,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "SKULK_CLUSTER_KEY_FILE": ("cluster_key_file", str),  # wire/curve.py: every TCP socket secured
     "SKULK_MAX_OUTPUT_TOKENS": ("api_max_output_tokens", int),  # api.max_output_tokens
     "SKULK_ACCEL": ("accel", str),  # as `make` reads it: cpu keeps mlx on the CPU (wire/accelerator.py)
+    "SKULK_RUNNER_THREADS": ("threads", int),  # runner.threads: llama.cpp's compute threads per runner
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 

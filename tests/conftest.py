@@ -24,6 +24,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # Files running side by side share the machine's cores: one BLAS thread per runner, or
     # OpenBLAS's threads (which spin while they wait for work) crowd out every other process.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # ... and one llama.cpp thread per runner (and per reference): its threads spin at every
+    # step's barrier, so two of them beside another file's work burn both cores for one's work.
+    os.environ.setdefault("SKULK_RUNNER_THREADS", "1")
 
 SLOWEST_FIRST = (
     "integration/test_real_model.py",

@@ -15,44 +15,55 @@ import json
 import os
 import sys
 
+import numpy as np
 from llama_cpp import Llama
 
 CONTEXT = 512
-"""Tokens of context: a prompt and its answer in the tests fit in a few hundred. The binding keeps
-a float per vocabulary entry per context token and takes the log-softmax of all of them for each
-answer's log-probabilities: at 4096 tokens of this model's 49k vocabulary a reference of nine
-prompts took 69 s of CPU, most of it there."""
+"""Tokens of context: a prompt and its answer in the tests fit in a few hundred."""
+
+
+def threads() -> int:
+    """As many as a runner would have (the suite's `SKULK_RUNNER_THREADS`), else one per core."""
+    return int(os.environ.get("SKULK_RUNNER_THREADS") or 0) or len(os.sched_getaffinity(0))
 
 
 def main() -> None:
     path, n, prompts = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     raw = "--raw" in sys.argv[4:]
     if "--embed" in sys.argv[4:]:
-        embedder = Llama(model_path=path, embedding=True, n_threads=len(os.sched_getaffinity(0)), flash_attn=True,
-                         verbose=False)
+        embedder = Llama(model_path=path, embedding=True, n_threads=threads(), flash_attn=True, verbose=False)
         print(json.dumps(embedder.embed(prompts, normalize=True)))
         return
-    llm = Llama(model_path=path, n_ctx=CONTEXT, n_threads=len(os.sched_getaffinity(0)), flash_attn=True,
-                verbose=False, logits_all=True)
+    llm = Llama(model_path=path, n_ctx=CONTEXT, n_threads=threads(), flash_attn=True, verbose=False,
+                logits_all=True)
     print(json.dumps([one(llm, p, n, raw) for p in prompts]))
 
 
 def one(llm: Llama, prompt: str, n: int, raw: bool) -> dict:  # type: ignore[type-arg]
+    """The binding's own greedy answer; each token's log-probability and lead read from the logits
+    llama.cpp computed for it (kept by `logits_all`). Not the binding's `logprobs=`: it takes the
+    log-softmax of every context row and sorts the whole vocabulary in Python for each token
+    (seconds per answer, most of the references' time)."""
     if raw:
-        out = llm.create_completion(prompt, max_tokens=n, temperature=0.0, logprobs=2)
-        choice = out["choices"][0]  # type: ignore[index]
-        lp = choice["logprobs"]
-        steps = [(t, p, sorted(top.values(), reverse=True)) for t, p, top in
-                 zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])]
-        text = choice["text"]
+        out = llm.create_completion(prompt, max_tokens=n, temperature=0.0)
+        text = out["choices"][0]["text"]  # type: ignore[index]
     else:
         out = llm.create_chat_completion(messages=[{"role": "user", "content": prompt}], max_tokens=n,
-                                         temperature=0.0, logprobs=True, top_logprobs=2)
-        choice = out["choices"][0]  # type: ignore[index]
-        steps = [(c["token"], c["logprob"], sorted((t["logprob"] for t in c["top_logprobs"]), reverse=True))
-                 for c in choice["logprobs"]["content"]]
-        text = choice["message"]["content"]
-    tokens = [[t, float(p), float(top[0] - top[1]) if len(top) > 1 else 99.0] for t, p, top in steps]
+                                         temperature=0.0)
+        text = out["choices"][0]["message"]["content"]  # type: ignore[index]
+    usage = out["usage"]  # type: ignore[index]
+    first, count = usage["prompt_tokens"], usage["completion_tokens"]
+    ids = [int(t) for t in llm.input_ids[:first]]
+    tokens = []
+    for row in llm.scores[first - 1:first - 1 + count]:  # the logits each answer token was chosen from
+        logprobs = Llama.logits_to_logprobs(row)
+        chosen = int(np.argmax(logprobs))  # greedy: llama.cpp's sampler takes the first highest logit too
+        second = float(np.partition(logprobs, -2)[-2])
+        piece = llm.detokenize([chosen], prev_tokens=ids).decode("utf-8", errors="ignore")
+        tokens.append([piece, float(logprobs[chosen]), float(logprobs[chosen]) - second])
+        ids.append(chosen)
+    evaluated = [int(t) for t in llm.input_ids[first:llm.n_tokens]]  # (the last token is never evaluated)
+    assert ids[first:first + len(evaluated)] == evaluated, "the answer is not the argmax of its logits"
     return {"text": text, "tokens": tokens}
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from typing import Any
 
@@ -15,12 +14,6 @@ MODEL = "skulk/demo-tiny"
 NO_RESUME = {"api": {"resume": {"max_attempts": 0}}}
 """A node whose API never goes on with a lost stream elsewhere (`api.resume`): for tests of the
 error a client gets when its runner or node is lost."""
-
-
-def compute_threads() -> int:
-    """A llama.cpp runner's `runner.threads`: beside another test file (pytest-xdist) one compute
-    thread, as two would fight that file for both cores (0: one per core)."""
-    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else 0
 
 
 def http_json(url: str, body: Any = None, method: str | None = None,

@@ -21,7 +21,7 @@ from tests.integration.conftest import DEMO_DIR
 from tests.integration.gguf_files import with_pooling
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
-from tests.integration.serving import MODEL, compute_threads, http_json, ready_runners
+from tests.integration.serving import MODEL, http_json, ready_runners
 
 EMBED_MODEL = "skulk/demo-embed"
 EMBED_DIR = "skulk--demo-embed"
@@ -64,8 +64,7 @@ def serving(module_nodes, demo_model, demo_embed_model, gguf_embed_model):
     node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL, "--place", GGUF_EMBED),
                         models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model,
                                 GGUF_EMBED_DIR: gguf_embed_model,
-                                GGUF_EMBED_MLX_DIR: gguf_embed_model.parent / GGUF_EMBED_MLX_DIR},
-                        config={"runner": {"threads": compute_threads()}})
+                                GGUF_EMBED_MLX_DIR: gguf_embed_model.parent / GGUF_EMBED_MLX_DIR})
     status, placed = http_json(f"{node.url}/place_instance", {"model_id": GGUF_EMBED_MLX, "engine": "mlx"})
     assert status == 200, placed
     wait_until(node, lambda: len(ready_runners(node)) >= 4, 90, "the four runners ready")

@@ -22,7 +22,7 @@ from tests.integration.harness import wait_until
 from tests.integration.llama_parity import N, disagreement, first_tie, llama_reference
 from tests.integration.patience import patience
 from tests.integration.real_model import PROMPTS
-from tests.integration.serving import compute_threads, http_json, ready_runners
+from tests.integration.serving import http_json, ready_runners
 
 QWEN3, QWEN3_MLX, GRANITE = "local/rand-qwen3", "local/rand-qwen3-mlx", "local/rand-granite"
 SPM, SPM_MLX = "local/rand-spm", "local/rand-spm-mlx"
@@ -72,8 +72,7 @@ def arch_models(tmp_path_factory: pytest.TempPathFactory, real_model: Path) -> d
 @pytest.fixture(scope="module")
 def arch_node(module_nodes, arch_models):
     node = module_nodes(args=("--place", QWEN3, "--place", GRANITE, "--place", SPM),
-                        models={dir_of(m): d for m, d in arch_models.items()},
-                        config={"runner": {"threads": compute_threads()}})
+                        models={dir_of(m): d for m, d in arch_models.items()})
     for model_id in MLX_TWIN:
         status, placed = http_json(f"{node.url}/place_instance", {"model_id": model_id, "engine": "mlx"})
         assert status == 200, placed

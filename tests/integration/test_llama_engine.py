@@ -35,7 +35,6 @@ from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
 from tests.integration.serving import (
     NO_RESUME,
     abandon_after,
-    compute_threads,
     http_json,
     sse_events,
     wait_model_ready,
@@ -59,7 +58,7 @@ def reference(references) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def llama_node(module_nodes, real_model):
     node = module_nodes("llama", args=("--place", REAL), models={REAL_DIR: real_model},  # NO_RESUME: a killed
-                        config={"runner": {"threads": compute_threads()}, **NO_RESUME})  # runner's error is tested
+                        config=NO_RESUME)  # runner's error is tested
     wait_model_ready(node, timeout=180)
     return node
 
@@ -227,8 +226,7 @@ def test_a_runner_killed_mid_stream_ends_the_stream_with_an_error(llama_node):
 def lookup_node(module_nodes, real_model):
     """A node whose llama.cpp runner speculates by prompt lookup (`llama_node` is the control)."""
     node = module_nodes("lookup", args=("--place", REAL), models={REAL_DIR: real_model},
-                        config={"runner": {"threads": compute_threads()},
-                                "speculative": {"mode": "prompt_lookup", "num_draft_tokens": 4}})
+                        config={"speculative": {"mode": "prompt_lookup", "num_draft_tokens": 4}})
     wait_model_ready(node, timeout=180)
     return node
 
@@ -315,8 +313,7 @@ def test_a_k_quant_gguf_is_imported_for_llama_cpp_alone_and_served(nodes, real_m
 
     ref = llama_reference(model_dir, [PROMPTS[0]], N)[0]
     node = nodes(args=("--place", "local/smollm2-k"), models={"local--smollm2-k": model_dir,
-                                                              "local--smollm2-cut": damaged},
-                 config={"runner": {"threads": compute_threads()}})
+                                                              "local--smollm2-cut": damaged})
     wait_model_ready(node, timeout=180)
     _, state = http_json(f"{node.url}/state")
     (inst,) = state["instances"].values()

@@ -27,9 +27,9 @@ def test_precedence_yaml_then_env_then_cli(tmp_path: Path):
         "node: {api_port: 1000, cluster_port: 2000}\ncluster: {namespace: lab}\n"
         "supervisor: {intensity: 9, period_s: 30}\n")
     cfg = config.load(home=tmp_path, env={"SKULK_API_PORT": "3000", "SKULK_NAMESPACE": "envns",
-                                          "SKULK_WARMUP_DEADLINE_SECONDS": "12"},
+                                          "SKULK_WARMUP_DEADLINE_SECONDS": "12", "SKULK_RUNNER_THREADS": "1"},
                       overrides={"namespace": "cli", "cluster_port": None})
-    assert cfg.api_port == 3000 and cfg.cluster_port == 2000 and cfg.namespace == "cli"
+    assert cfg.api_port == 3000 and cfg.cluster_port == 2000 and cfg.namespace == "cli" and cfg.threads == 1
     assert cfg.root_budget.intensity == 9 and cfg.warmup_deadline_s == 12.0
     assert cfg.config_path == tmp_path / "skulk.yaml"
 
