@@ -10,6 +10,7 @@ it, whatever the order. The supervisor takes (reads and removes) it as it handle
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 LIMIT = 1000
@@ -41,3 +42,9 @@ def take(run_dir: Path, pid: int) -> str:
     except OSError:
         return ""
     return " ".join(words.split())
+
+
+def clear(run_dir: Path) -> None:
+    """At a node's start: words a killed node's children left unread must not be read as those of
+    a new child that happens to get the same pid."""
+    shutil.rmtree(run_dir / "last-words", ignore_errors=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 from setproctitle import setproctitle
 
-from skulk.node import exitcodes, logsetup, node_identity
+from skulk.node import exitcodes, last_words, logsetup, node_identity
 from skulk.node.addresses import is_loopback
 from skulk.node.config import NodeConfig
 from skulk.supervisor.child import metrics_dir
@@ -99,6 +99,7 @@ def run_node(cfg: NodeConfig) -> int:
     logsetup.setup("supervisor", cfg.home / "logs", settings=log_settings(cfg))  # under that name
     try:
         fresh_metrics_dir(run)
+        last_words.clear(run)
     except OSError as exc:
         log.error("cannot prepare the metrics directory under %s: %s", run, exc)
         return exitcodes.BOOT_FAILURE

@@ -86,6 +86,9 @@ def test_an_exit_record_carries_the_childs_own_words_after_its_code(tmp_path):
     words = last_words.take(tmp_path, os.getpid())
     assert words.startswith("cannot load model.gguf: truncated at 1 MiB") and len(words) <= last_words.LIMIT
     assert last_words.take(tmp_path, os.getpid()) == "" and last_words.take(tmp_path / "none", 1) == ""
+    last_words.leave(tmp_path, "left by a node killed before its supervisor read it")
+    last_words.clear(tmp_path)  # the next start's
+    assert last_words.take(tmp_path, os.getpid()) == ""
 
 
 def test_a_child_supervisor_not_yet_asked_knows_its_parent_is_stopping():
