@@ -69,6 +69,11 @@ PEER_TIMEOUT_S = 3.0
 AIM_S = 5.0
 """The replicas mode's kill waits at most this long for a node running two streams of other
 nodes' APIs (a kill there cuts streams that must go on elsewhere)."""
+REPLICA_ANSWERS = (100, 400)
+"""The replicas mode's answer lengths (tokens; the other faults' clients ask 16-160): a stream
+the kill is aimed at must still run when the kill lands, although the state it is aimed by lags
+and a busy machine is slow between that read and the kill (a suite run once saw both streams of
+its target end in the 0.3 s between them, and the kill cut nothing)."""
 ORPHAN_WAIT_S = 10.0
 """How long a node's processes may outlive its root (they notice the parent's death at once
 through PR_SET_PDEATHSIG, or within a loop tick)."""
@@ -154,8 +159,9 @@ class Soak:
             raise RuntimeError(f"the cluster did not form: {start.problems}")
         assert start.converged_at is not None  # `converge` sets it when it returns True
         self.log(f"cluster formed with its layout in {start.converged_at - start.at:.1f}s")
+        lengths = {"max_tokens": REPLICA_ANSWERS} if self.cfg.replicas else {}
         self.clients = Clients(self.cfg.clients, MODEL, self.targets, self.cfg.seed,
-                               self.cfg.request_deadline_s).start()
+                               self.cfg.request_deadline_s, **lengths).start()
         self.t_clients = time.monotonic()
 
     def loop(self) -> None:
