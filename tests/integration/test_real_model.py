@@ -297,17 +297,14 @@ def plain_answer(plain, body: dict[str, Any]) -> dict[str, Any]:
     return _PLAIN[key]
 
 
-SPECULATED = (0, 3, 6)
-"""The prompts a speculating node answers alone (of PROMPTS; the plain node answers all eight in
-`test_each_answer_is_mlx_lms_and_reads_right`): three kinds of answer, since decode on the CPU is
-this file's cost, and the copying answers below are where drafts are kept."""
+SPECULATED = (0, 3, 6)  # of PROMPTS (the plain node answers all 8): decode is this file's cost
 
 
 def same_as_plain(node, plain, reference) -> tuple[int, int, dict[str, Any]]:
-    """Every greedy answer of `node` is the plain node's, token for token: alone (three of the
-    prompts and a copying answer), two at once (the batch leaves speculation and comes back), with
-    `max_tokens`, a stop string and a JSON schema. The drafts kept and thrown, in all, and the
-    node's reply to the copying request."""
+    """Every greedy answer of `node` is the plain node's, token for token: alone (SPECULATED and a
+    copying answer, where drafts are kept), two at once (the batch leaves speculation and comes
+    back), with `max_tokens`, a stop string and a JSON schema. The drafts kept and thrown, in all,
+    and the node's reply to the copying request."""
     kept = thrown = 0
 
     def counted(reply):
