@@ -10,8 +10,8 @@ transformers' GGUF converter knows a split regex of (`tekken`, `deepseek-r1-qwen
 the tokens as the file writes them, so special tokens stay whole and nothing is added. Every other
 kind (SentencePiece `llama` tokenizers: Llama 2, Mistral 7B v0.1, Gemma, Phi-3; T5's Unigram) is
 built by transformers' GGUF tokenizer converter (`transformers.integrations.gguf`), which knows
-each family's normalizer, pre-tokenizer and decoder. What neither knows (WordPiece: BERT's
-embedding models, a pre-tokenizer no one names) is refused by name.
+each family's normalizer, pre-tokenizer and decoder; WordPiece (BERT's embedding models) in
+`gguf_wordpiece.py`. What none knows (a pre-tokenizer no one names) is refused by name.
 """
 
 from __future__ import annotations
@@ -91,6 +91,10 @@ def build(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None
     """Write `tokenizer.json` and `tokenizer_config.json` into `out`; the bos/eos ids."""
     if _text(meta, "tokenizer.ggml.model") == "gpt2":  # the tokens as written, special ones whole
         return _build_byte_level(meta, out, context)
+    if _text(meta, "tokenizer.ggml.model") == "bert":
+        from skulk.node.gguf_wordpiece import build_wordpiece
+
+        return build_wordpiece(meta, out, context)
     return _build_by_transformers(meta, out, context)
 
 

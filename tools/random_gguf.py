@@ -3,7 +3,7 @@ size can be fetched (a GPU machine with no network).
 
     python -m tools.random_gguf dump-tokenizer FROM.gguf TOKENIZER.json
     python -m tools.random_gguf make TOKENIZER.json OUT.gguf [--hidden 4096 --layers 32 --heads 32
-        --kv-heads 8 --ffn 14336 --context 8192 --arch llama|qwen3|granite --std 0.02 --embed-std 0.02]
+        --kv-heads 8 --ffn 14336 --context 8192 --arch llama|qwen3|granite|bert --std 0.02 --embed-std 0.02]
 
 Speed depends on a model's shape, not on what its weights say, so a random model of Llama-3-8B's
 shape decodes as fast as the real one (its answers are nonsense, and it may stop early on a random
@@ -14,8 +14,10 @@ imports the result like any GGUF. The file is F16 (norms F32), written one tenso
 device when torch has one (an 8B model in seconds), else with numpy.
 
 `--arch qwen3` adds the per-head query and key norms; `--arch granite` the four scales llama.cpp
-requires of it (all 1). Larger `--std`/`--embed-std` make a small model's greedy choices decisive
-(the suite compares two engines' answers on such a model: near-ties would make that moot).
+requires of it (all 1); `--arch bert` is an encoder of BERT's kind (an embedding model pooled on its
+first token, with a WordPiece tokenizer's keys). Larger `--std`/`--embed-std` make a small model's
+greedy choices decisive (the suite compares two engines' answers on such a model: near-ties would
+make that moot).
 
 Uses llama.cpp's own `gguf` package (a dependency of the project; on a machine without the
 project installed, llama.cpp's source tree has it as `gguf-py`, put on PYTHONPATH).
@@ -52,12 +54,17 @@ def dump_tokenizer(src: Path, out: Path) -> int:
 Shape = tuple[int, ...]
 
 
-ARCHS = ("llama", "qwen3", "granite")
+ARCHS = ("llama", "qwen3", "granite", "bert")
+TOKEN_TYPES = 2  # BERT's segment embeddings ("sentence A" and "B"): llama.cpp reads only the first
+F32_TENSORS = ("position_embd.weight", "token_types.weight")
+"""Kept in float32 as llama.cpp's converter keeps them (its CPU adds them to float32 activations)."""
 
 
 def shapes(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int,
            arch: str = "llama") -> list[tuple[str, Shape]]:
     """Every tensor of the model (HF's (out, in) order; gguf reverses it), embeddings tied."""
+    if arch == "bert":
+        return bert_shapes(hidden, layers, ffn, vocab)
     head_dim = hidden // heads
     out: list[tuple[str, Shape]] = [("token_embd.weight", (vocab, hidden))]
     for i in range(layers):
@@ -71,6 +78,23 @@ def shapes(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab:
                 (b + "ffn_gate.weight", (ffn, hidden)), (b + "ffn_up.weight", (ffn, hidden)),
                 (b + "ffn_down.weight", (hidden, ffn))]
     out.append(("output_norm.weight", (hidden,)))
+    return out
+
+
+def bert_shapes(hidden: int, layers: int, ffn: int, vocab: int, context: int = 512) -> list[tuple[str, Shape]]:
+    """A BERT encoder as llama.cpp loads one: learned positions and segment embeddings, layer
+    norms and biases everywhere, no output layer (an embedding model)."""
+    out: list[tuple[str, Shape]] = [("token_embd.weight", (vocab, hidden)),
+                                    ("token_types.weight", (TOKEN_TYPES, hidden)),
+                                    ("position_embd.weight", (context, hidden)),
+                                    ("token_embd_norm.weight", (hidden,)), ("token_embd_norm.bias", (hidden,))]
+    for i in range(layers):
+        b = f"blk.{i}."
+        for name, rows, cols in (("attn_q", hidden, hidden), ("attn_k", hidden, hidden), ("attn_v", hidden, hidden),
+                                 ("attn_output", hidden, hidden), ("ffn_up", ffn, hidden), ("ffn_down", hidden, ffn)):
+            out += [(f"{b}{name}.weight", (rows, cols)), (f"{b}{name}.bias", (rows,))]
+        for norm in ("attn_output_norm", "layer_output_norm"):
+            out += [(f"{b}{norm}.weight", (hidden,)), (f"{b}{norm}.bias", (hidden,))]
     return out
 
 
@@ -106,11 +130,17 @@ def make(tokenizer: Path, out: Path, hidden: int, layers: int, heads: int, kv_he
     w.add_block_count(layers)
     w.add_feed_forward_length(ffn)
     w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_rope_dimension_count(hidden // heads)
-    w.add_rope_freq_base(500000.0)
-    w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
+    if arch == "bert":  # an encoder: layer norms, no rotary positions, pooled (first token: bge's way)
+        w.add_layer_norm_eps(1e-12)
+        w.add_causal_attention(False)
+        w.add_pooling_type(gguf.PoolingType.CLS)
+        w.add_token_type_count(TOKEN_TYPES)
+    else:
+        w.add_head_count_kv(kv_heads)
+        w.add_rope_dimension_count(hidden // heads)
+        w.add_rope_freq_base(500000.0)
+        w.add_layer_norm_rms_eps(1e-5)
     if arch == "qwen3":
         w.add_key_length(hidden // heads)
         w.add_value_length(hidden // heads)
@@ -121,17 +151,21 @@ def make(tokenizer: Path, out: Path, hidden: int, layers: int, heads: int, kv_he
     for f in fields:
         types = [gguf.GGUFValueType(t) for t in f["types"]]
         w.add_key_value(f["name"], f["value"], types[0], sub_type=types[-1] if len(types) > 1 else None)
-    tensors = shapes(hidden, layers, heads, kv_heads, ffn, vocab, arch)
+    tensors = bert_shapes(hidden, layers, ffn, vocab, context) if arch == "bert" else \
+        shapes(hidden, layers, heads, kv_heads, ffn, vocab, arch)
     for name, shape in tensors:
-        dtype = np.float32 if len(shape) == 1 else np.float16
+        dtype = np.float32 if len(shape) == 1 or name in F32_TENSORS else np.float16
         w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     draw = _drawer()
     for name, shape in tensors:
-        w.write_tensor_data(np.ones(shape, dtype=np.float32) if len(shape) == 1 else
-                            draw(shape, embed_std if name == "token_embd.weight" else std))
+        if name.endswith(".bias") or name in F32_TENSORS:
+            w.write_tensor_data(draw(shape, std).astype(np.float32))
+        else:
+            w.write_tensor_data(np.ones(shape, dtype=np.float32) if len(shape) == 1 else
+                                draw(shape, embed_std if name == "token_embd.weight" else std))
     w.close()
     return sum(int(np.prod(s)) for _, s in tensors)
 

@@ -71,3 +71,46 @@ def sentencepiece_tokenizer(corpus: list[Path], dest: Path, vocab: int = 1000) -
 
     dest.write_text(json.dumps([{**f, "types": [int(t) for t in f["types"]]} for f in fields]))
     return dest
+
+
+BERT_SPECIALS = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+"""bert-base's special ids: those llama.cpp assumes of a `bert` vocabulary whose file does not name them."""
+
+
+def wordpiece_tokenizer(corpus: list[Path], dest: Path, vocab: int = 2000) -> Path:
+    """A WordPiece tokenizer of BERT's kind (lower-cased, accents stripped, `[CLS] ... [SEP]`),
+    trained on `corpus` by the tokenizers library, its special tokens at bert-base's ids, written
+    as the `tokenizer.*` keys llama.cpp's converter gives a BERT model (phantom-space pieces, token
+    types, the special ids as `SpecialVocab` names them: no bos key, so llama.cpp takes its default
+    [CLS] id), in `tools.random_gguf`'s dump format."""
+    import json
+
+    import gguf
+    from tokenizers import BertWordPieceTokenizer
+
+    lines = [ln for f in corpus for ln in f.read_text().splitlines() if ln.strip()]
+    trainer = BertWordPieceTokenizer(lowercase=True, strip_accents=True)
+    trainer.train_from_iterator(lines, vocab_size=vocab, special_tokens=list(BERT_SPECIALS))
+    trained = sorted(trainer.get_vocab().items(), key=lambda kv: kv[1])
+    size = max(len(trained), max(BERT_SPECIALS.values()) + 1)
+    pieces: list[str | None] = [None] * size
+    for piece, i in BERT_SPECIALS.items():
+        pieces[i] = piece
+    rest = iter(p for p, _ in trained if p not in BERT_SPECIALS)
+    pieces = [p if p is not None else next(rest, f"[unused{i}]") for i, p in enumerate(pieces)]
+    pieces += list(rest)
+    control = gguf.TokenType.CONTROL
+    types = [int(control if p in BERT_SPECIALS else gguf.TokenType.NORMAL) for p in pieces]
+    tokens = [p if p in BERT_SPECIALS else p[2:] if p.startswith("##") else "\u2581" + p for p in pieces]
+    T = gguf.GGUFValueType
+    fields = [
+        {"name": "tokenizer.ggml.model", "types": [T.STRING], "value": "bert"},
+        {"name": "tokenizer.ggml.pre", "types": [T.STRING], "value": "default"},
+        {"name": "tokenizer.ggml.tokens", "types": [T.ARRAY, T.STRING], "value": tokens},
+        {"name": "tokenizer.ggml.token_type", "types": [T.ARRAY, T.INT32], "value": types},
+        *({"name": f"tokenizer.ggml.{key}", "types": [T.UINT32], "value": BERT_SPECIALS[piece]}
+          for key, piece in (("unknown_token_id", "[UNK]"), ("seperator_token_id", "[SEP]"),
+                             ("padding_token_id", "[PAD]"), ("cls_token_id", "[CLS]"), ("mask_token_id", "[MASK]"))),
+    ]
+    dest.write_text(json.dumps([{**f, "types": [int(t) for t in f["types"]]} for f in fields]))
+    return dest

@@ -2,7 +2,9 @@
 model, through the real `openai` SDK: shape, normalisation, determinism, batches, base64 equal to
 float, `dimensions`, and the errors (400 for the text model, 404 for an unknown one). Beside
 them, an embedding GGUF imported by `skulk model add` is served by llama.cpp on this CPU node,
-and its vectors are llama.cpp's own for the same file."""
+and its vectors are llama.cpp's own for the same file; so is a BERT-style file's (an encoder with a
+WordPiece vocabulary, random weights: `tools.random_gguf --arch bert`), whose tokenizer the import
+rebuilds to tokenize as llama.cpp does."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import openai
 import pytest
 
 from tests.integration.conftest import DEMO_DIR
-from tests.integration.gguf_files import with_pooling
+from tests.integration.gguf_files import with_pooling, wordpiece_tokenizer
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
 from tests.integration.serving import MODEL, http_json, ready_runners
@@ -31,6 +33,9 @@ GGUF_EMBED = "local/smollm2-embed"
 GGUF_EMBED_DIR = "local--smollm2-embed"
 GGUF_EMBED_MLX = "local/smollm2-embed-mlx"  # the same file under another id, placed on MLX
 GGUF_EMBED_MLX_DIR = "local--smollm2-embed-mlx"
+BERT, BERT_CASED = "local/rand-bert", "local/rand-bert-cased"
+BERT_SHAPE = ("--arch", "bert", "--hidden", "64", "--layers", "2", "--heads", "4", "--ffn", "128", "--context", "512",
+              "--std", "0.5", "--embed-std", "2.0")
 
 
 @pytest.fixture(scope="session")
@@ -59,15 +64,40 @@ def gguf_embed_model(tmp_path_factory: pytest.TempPathFactory, real_model: Path)
 
 
 @pytest.fixture(scope="module")
-def serving(module_nodes, demo_model, demo_embed_model, gguf_embed_model):
+def bert_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two random BERT-style embedding GGUFs with a WordPiece vocabulary trained here on a fixed
+    text (`spm_corpus.txt`), imported by the real CLI: lower-cased (llama.cpp's default for such a
+    vocabulary) and cased (`tokenizer.ggml.normalizer.lowercase` false: tokenized only)."""
+    import gguf
+
+    tmp = tmp_path_factory.mktemp("bert")
+    tokenizer = wordpiece_tokenizer([Path(__file__).with_name("spm_corpus.txt")], tmp / "wordpiece.json")
+    cased = json.loads(tokenizer.read_text()) + [{"name": "tokenizer.ggml.normalizer.lowercase",
+                                                  "types": [int(gguf.GGUFValueType.BOOL)], "value": False}]
+    (tmp / "wordpiece-cased.json").write_text(json.dumps(cased))
+    models = {}
+    for model_id, keys in ((BERT, "wordpiece.json"), (BERT_CASED, "wordpiece-cased.json")):
+        made = tmp / f"{model_id.split('/')[1]}.gguf"
+        subprocess.run([sys.executable, "-m", "tools.random_gguf", "make", str(tmp / keys), str(made), *BERT_SHAPE],
+                       check=True, capture_output=True, timeout=patience(60))
+        added = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "add", str(made), "--id", model_id,
+                                "--home", str(tmp)], capture_output=True, text=True, timeout=patience(120))
+        assert added.returncode == 0, added.stderr
+        models[model_id] = tmp / "models" / model_id.replace("/", "--")
+    return models
+
+
+@pytest.fixture(scope="module")
+def serving(module_nodes, demo_model, demo_embed_model, gguf_embed_model, bert_models):
     """One node for the file: its tests only read what it serves."""
-    node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL, "--place", GGUF_EMBED),
+    node = module_nodes(args=("--place", MODEL, "--place", EMBED_MODEL, "--place", GGUF_EMBED, "--place", BERT),
                         models={DEMO_DIR: demo_model, EMBED_DIR: demo_embed_model,
                                 GGUF_EMBED_DIR: gguf_embed_model,
-                                GGUF_EMBED_MLX_DIR: gguf_embed_model.parent / GGUF_EMBED_MLX_DIR})
+                                GGUF_EMBED_MLX_DIR: gguf_embed_model.parent / GGUF_EMBED_MLX_DIR,
+                                BERT.replace("/", "--"): bert_models[BERT]})
     status, placed = http_json(f"{node.url}/place_instance", {"model_id": GGUF_EMBED_MLX, "engine": "mlx"})
     assert status == 200, placed
-    wait_until(node, lambda: len(ready_runners(node)) >= 4, 90, "the four runners ready")
+    wait_until(node, lambda: len(ready_runners(node)) >= 5, 90, "the five runners ready")
     return node
 
 
@@ -179,3 +209,46 @@ def test_an_embedding_gguf_is_served_by_llama_cpp_with_llama_cpps_own_vectors(se
     # of this 49152-entry vocabulary): a longer input is refused at once, with the limit
     status, err = http_json(f"{serving.url}/v1/embeddings", {"model": GGUF_EMBED, "input": "word " * 3000})
     assert status == 400 and "takes at most 2560" in err["error"]["message"], err
+
+
+WORDPIECE_TEXTS = ["Hello world", " a leading space", "Two  spaces and\nnew lines\n\n", "numbers 12345 and 3.14",
+                   "unicode: café, naïve, 日本語, emoji 🎉", "Ünïcödé ÀÉÎÕÜ straße", "[CLS] hi [SEP] and [MASK]",
+                   "UPPER lower MiXeD don't stop-me now!", "a$b+c<d=e>f^g`h|i~j", "tabs\tand\rreturns", ""]
+
+
+def test_a_bert_gguf_tokenizes_and_embeds_as_llama_cpp(serving, bert_models):
+    """A WordPiece vocabulary (BERT's, as llama.cpp's converter writes it): the tokenizer the
+    import builds encodes text (accents, case, punctuation, CJK, special tokens) to llama.cpp's ids,
+    lower-cased or not as the file says; the encoder is served by llama.cpp alone, pooled on its
+    first token, with llama.cpp's own vectors and token counts."""
+    import llama_cpp
+    from transformers import AutoTokenizer
+
+    counts = {}
+    for model_id, model_dir in bert_models.items():
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        vocab = llama_cpp.Llama(str(model_dir / "model.gguf"), vocab_only=True, verbose=False)
+        for text in WORDPIECE_TEXTS:
+            ids = vocab.tokenize(text.encode(), add_bos=True, special=True)
+            assert tok.encode(text) == ids, (model_id, text)
+            counts.setdefault(model_id, []).append(len(vocab.tokenize(text.encode(), add_bos=True, special=False)))
+    upper = AutoTokenizer.from_pretrained(str(bert_models[BERT_CASED])).encode("UPPER lower")
+    assert upper != AutoTokenizer.from_pretrained(str(bert_models[BERT])).encode("UPPER lower")  # case kept
+
+    model_dir = bert_models[BERT]
+    assert "no MLX layout here for the bert architecture" in (model_dir / "README.md").read_text()
+    _, listed = http_json(f"{serving.url}/v1/models")
+    entry = next(m for m in listed["data"] if m["id"] == BERT)
+    assert entry["tasks"] == ["TextEmbedding"] and entry["engines"] == ["llama_cpp"], entry
+    texts = [t for t in WORDPIECE_TEXTS if t]
+    ref = json.loads(subprocess.run(
+        [sys.executable, "-m", "tests.integration.reference_llama", str(model_dir / "model.gguf"), "0",
+         json.dumps(texts), "--embed"], check=True, capture_output=True, text=True, timeout=patience(120)).stdout)
+    c = openai.OpenAI(base_url=f"{serving.url}/v1", api_key="none", max_retries=0, timeout=60)
+    got = c.embeddings.create(model=BERT, input=texts, encoding_format="float")
+    for vector, want in zip((d.embedding for d in got.data), ref, strict=True):
+        assert len(vector) == 64 and max(abs(a - b) for a, b in zip(vector, want)) < 1e-4, cosine(vector, want)
+    assert cosine(got.data[0].embedding, got.data[1].embedding) < 0.99  # different texts, different vectors
+    assert got.usage.prompt_tokens == sum(n for t, n in zip(WORDPIECE_TEXTS, counts[BERT]) if t)
+    status, err = http_json(f"{serving.url}/v1/embeddings", {"model": BERT, "input": "hello " * 600})
+    assert status == 400 and "takes at most 512" in err["error"]["message"], err  # BERT's own context

@@ -85,13 +85,44 @@ def test_the_tokenizer_is_built_from_the_metadata(tmp_path: Path):
 
 
 @pytest.mark.parametrize("extra,needle", [
-    ({"tokenizer.ggml.model": "bert"}, "tokenizer model 'bert'"),  # WordPiece: neither builder knows it
+    ({"tokenizer.ggml.model": "rwkv"}, "tokenizer model 'rwkv'"),  # a vocabulary no builder knows
     ({"tokenizer.ggml.pre": "deepseek-coder"}, "pre-tokenizer 'deepseek-coder'"),
     ({"tokenizer.ggml.tokens": []}, "no tokenizer.ggml.tokens"),
 ])
 def test_tokenizers_it_cannot_build_are_refused_by_name(tmp_path: Path, extra, needle):
     with pytest.raises(gguf_tokenizer.TokenizerError, match=needle):
         gguf_tokenizer.build(tiny_meta(**extra), tmp_path, 8192)
+
+
+def bert_meta(**extra: object) -> dict[str, object]:
+    """A WordPiece vocabulary as llama.cpp's converter writes BERT's: phantom-space pieces."""
+    tokens = ["[PAD]", "\u2581hello", "\u2581world", "\u2581un", "able", "\u2581,", "[UNK]", "[CLS]", "[SEP]",
+              "\u2581a", "b", "\u2581cafe", "\u2581Hello"]
+    return {"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": [3, 1, 1, 1, 1, 1, 3, 3, 3, 1, 1, 1, 1],
+            "tokenizer.ggml.unknown_token_id": 6, "tokenizer.ggml.bos_token_id": 7,
+            "tokenizer.ggml.seperator_token_id": 8, **extra}
+
+
+def test_a_wordpiece_vocabulary_tokenizes_as_llama_cpps_wpm(tmp_path: Path):
+    from skulk.node.gguf_wordpiece import bert_vocab, special_ids
+
+    assert bert_vocab(["[CLS]", "\u2581ab", "cd"], [3, 1, 1]) == {"[CLS]": 0, "ab": 1, "##cd": 2}
+    ids = gguf_tokenizer.build(bert_meta(), tmp_path, 512)
+    assert ids == {"bos": 7, "eos": None}  # [SEP] closes an input; it does not end an answer
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    # lower-cased, accents stripped, punctuation a word of its own, a word no pieces make -> [UNK]
+    assert tok.encode("Hello, World unable Café xyz").ids == [7, 1, 5, 2, 3, 4, 11, 6, 8]
+    assert tok.encode("[SEP]ab").ids == [7, 8, 9, 10, 8]  # a special token in the text is that token
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert (config["cls_token"], config["sep_token"], config["unk_token"]) == ("[CLS]", "[SEP]", "[UNK]")
+    cased = tmp_path / "cased"
+    gguf_tokenizer.build(bert_meta(**{"tokenizer.ggml.normalizer.lowercase": False}), cased, 512)
+    assert Tokenizer.from_file(str(cased / "tokenizer.json")).encode("Hello hello").ids == [7, 12, 1, 8]
+    # a file that names no special ids gets llama.cpp's defaults for BERT (bert-base's 100-103)
+    assert special_ids({}, 30522) == {"bos": 101, "sep": 102, "unk": 100, "pad": 0, "mask": 103}
+    with pytest.raises(gguf_tokenizer.TokenizerError, match="has no bos / sep / unk token"):
+        gguf_tokenizer.build({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["\u2581a"]}, tmp_path, 512)
 
 
 def test_a_directory_with_a_gguf_and_no_mlx_weights_is_for_llama_cpp_alone(tmp_path: Path):
