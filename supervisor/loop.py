@@ -29,7 +29,7 @@ from skulk.supervisor.probe import ProgressProbe
 from skulk.supervisor.spec import ChildSpec, SupervisorSpec
 from skulk.supervisor.supervisor import Supervisor
 from skulk.supervisor.tree import RUNNER_MODULE, RUNNER_STACK
-from skulk.supervisor.zygote_client import Standby, Zygote
+from skulk.supervisor.zygote_client import ForkedChild, Standby, Zygote
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, AdminReply, AdminVerb, ChildReady, Heartbeat
 from skulk.wire.errors import WireError
@@ -74,9 +74,11 @@ def reap_orphans(known: set[int]) -> None:
 
 
 class NodeLoop:
-    def __init__(self, cfg: NodeConfig, spec: SupervisorSpec, run_dir: Path, expect_runner: bool = False) -> None:
+    def __init__(self, cfg: NodeConfig, spec: SupervisorSpec, run_dir: Path, expect_runner: bool = False,
+                 zygote: Zygote | None = None) -> None:
         """`expect_runner`: a runner will be wanted soon (`--place`, or an in-place restart of a
-        node that ran one): a standby runner is made at boot."""
+        node that ran one): a standby runner is made at boot. `zygote`: one already forked from
+        this process (`zygote_fork.py`); without it one is started as a fresh interpreter."""
         self.cfg = cfg
         self.spec = spec
         self.run_dir = run_dir
@@ -87,7 +89,7 @@ class NodeLoop:
         self._announced_ready = False
         self._started_at = time.monotonic()
         self.probe = ProgressProbe()
-        self.zygote: Zygote | None = None
+        self.zygote: Zygote | None = zygote
         self.standby: Standby | None = None
         self.expect_runner = expect_runner
         self.ran_runner = False
@@ -129,14 +131,16 @@ class NodeLoop:
     def _start_zygote(self, wake_fd: int) -> None:
         """The node's zygote (`zygote.py`), waited for up to the roles' own ready deadline: a
         child forked from it starts in milliseconds; without it, children start fresh."""
-        with DeferredSignals():
-            self.zygote = Zygote.start(child_modules(self.spec), child_env(self.run_dir))
+        if self.zygote is None:
+            with DeferredSignals():
+                self.zygote = Zygote.start(child_modules(self.spec), child_env(self.run_dir))
         if self.zygote is None:
             return
-        started = time.monotonic()
-        if self.zygote.wait_ready(started + self.cfg.ready_timeout_s, wake_fd):
-            log.info("zygote ready in %.2fs (pid %d): children are forked from it",
-                     time.monotonic() - started, self.zygote.proc.pid)
+        started = self.zygote.started
+        if self.zygote.wait_ready(time.monotonic() + self.cfg.ready_timeout_s, wake_fd):
+            log.info("zygote ready in %.2fs (pid %d, %s): children are forked from it", time.monotonic() - started,
+                     self.zygote.proc.pid, "forked from the supervisor" if isinstance(self.zygote.proc, ForkedChild)
+                     else "a fresh interpreter")
 
     def _emit(self, child_id: str, sup: str, event: LifecycleEvent, pid: int | None, restarts: int,
               detail: str, exit_code: int | None = None) -> None:

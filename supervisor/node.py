@@ -21,8 +21,9 @@ from setproctitle import setproctitle
 from skulk.node import exitcodes, last_words, logsetup, node_identity
 from skulk.node.addresses import is_loopback
 from skulk.node.config import NodeConfig
-from skulk.supervisor.child import metrics_dir
-from skulk.supervisor.loop import NodeLoop
+from skulk.supervisor import zygote_fork
+from skulk.supervisor.child import DeferredSignals, child_env, metrics_dir
+from skulk.supervisor.loop import NodeLoop, child_modules
 from skulk.supervisor.tree import build_tree, log_settings
 from skulk.wire import curve, endpoints
 
@@ -80,6 +81,7 @@ def secure_children(cfg: NodeConfig) -> None:
 
 
 def run_node(cfg: NodeConfig) -> int:
+    inherited = zygote_fork.open_fds() - {0, 1, 2}  # from whoever started us: no object of ours holds one
     setproctitle("skulk: supervisor")
     logsetup.setup("supervisor", cfg.home / "logs", settings=log_settings(cfg))
     try:
@@ -118,7 +120,10 @@ def run_node(cfg: NodeConfig) -> int:
     # live nodes with one name, the one started later refuses to join (services/gossip/names.py).
     started = psutil.Process().create_time()
     had_runner = os.environ.pop(INPLACE_RAN_RUNNER, "") == "1"
-    loop = NodeLoop(cfg, build_tree(cfg, node_id, started), run, expect_runner=bool(cfg.place) or had_runner)
+    spec = build_tree(cfg, node_id, started)
+    with DeferredSignals():  # the environment is final: the zygote starts from what we imported
+        zygote = zygote_fork.fork(child_modules(spec), child_env(run), closable=[lock, *inherited])
+    loop = NodeLoop(cfg, spec, run, expect_runner=bool(cfg.place) or had_runner, zygote=zygote)
     code = loop.run()
     if code == exitcodes.ESCALATED:
         log.critical("restart budget exhausted; node stopped (exit %d)", code)

@@ -1,6 +1,7 @@
-"""`python -m skulk.supervisor.zygote`: one process per node that imports the roles' modules
-once and forks each new child from that state, so a child starts in milliseconds instead of
-paying half a second of CPU to import the same modules again (nine processes per node).
+"""`python -m skulk.supervisor.zygote` (or `main` in a fork of the supervisor: `zygote_fork.py`):
+one process per node that imports the roles' modules once and forks each new child from that
+state, so a child starts in milliseconds instead of paying half a second of CPU to import the
+same modules again (nine processes per node).
 
 Linux only, and only an optimisation: the supervisor (`zygote_client.py`) falls back to a fresh
 interpreter whenever this process is missing, late or refuses. The rules that keep a forked
@@ -34,7 +35,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 FORBIDDEN_PRELOADS = ("mlx", "mlx_lm", "torch")
 """Never in the zygote: a process that has imported MLX must not fork (its device state)."""
@@ -143,6 +144,49 @@ def run_role(role: Role) -> None:
     argv = role.argv if role.standby is None else wait_as_standby(role)
     sys.argv = [role.module, *argv]
     runpy.run_module(role.module, run_name="__main__", alter_sys=True)
+
+
+def run_role_and_exit(role: Role) -> NoReturn:
+    """`run_role` where there is no interpreter's top level to return to (a zygote forked from
+    the supervisor: `zygote_fork.py`), then end as `python -m module` ends: the exit code of its
+    `SystemExit` (its message on stderr), 1 and the traceback for an uncaught exception, death by
+    SIGINT for an uncaught KeyboardInterrupt; non-daemon threads joined, `atexit` run, streams
+    flushed."""
+    import atexit
+
+    code: int = 0
+    interrupted = False
+    try:
+        run_role(role)
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        interrupted = True
+        code = 1
+    except BaseException:  # noqa: BLE001 - reported as the interpreter reports it
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        shutdown = getattr(threading, "_shutdown", None)  # what the interpreter's own exit calls
+        if shutdown is not None:
+            shutdown()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    except BaseException:  # noqa: BLE001 - the exit itself must happen
+        pass
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
 
 
 def wait_as_standby(role: Role) -> list[str]:

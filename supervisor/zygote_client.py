@@ -63,15 +63,28 @@ class ForkedChild(Signalled):
         return self.returncode
 
 
+class ForkedZygoteProcess(ForkedChild):
+    """A zygote forked from the supervisor (`zygote_fork.py`), with the `wait` a started one's
+    `Popen` has."""
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self.returncode
+
+
 class Zygote:
     """One node's zygote process and the channel to it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], channel: socket.socket, env: Mapping[str, str]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes] | ForkedZygoteProcess, channel: socket.socket,
+                 env: Mapping[str, str]) -> None:
         self.proc = proc
         self.channel = channel
         self.env = dict(env)
         self.ready = False
         self.broken = ""
+        self.started = time.monotonic()
         self._buffer = b""
 
     @classmethod

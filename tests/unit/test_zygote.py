@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from skulk.node.config import NodeConfig
 from skulk.supervisor import zygote
 from skulk.supervisor.loop import child_modules
@@ -42,13 +44,17 @@ def test_forking_is_refused_while_a_thread_runs():
         thread.join()
 
 
-def test_the_zygote_forks_children_that_are_ours_and_gives_way_to_fresh_ones():
-    run = subprocess.run([sys.executable, "-m", "tests.unit.zygote_check"], capture_output=True,
+@pytest.mark.parametrize("mode", ["fresh", "forked"])
+def test_the_zygote_forks_children_that_are_ours_and_gives_way_to_fresh_ones(mode):
+    """Started as a fresh interpreter, or forked from the supervisor (`zygote_fork.py`): the
+    same children either way."""
+    run = subprocess.run([sys.executable, "-m", "tests.unit.zygote_check", mode], capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == [
         "a_child_with_another_environment_is_left_to_a_fresh_interpreter",
         "a_dead_zygote_is_given_up_on",
+        "a_forked_child_exits_as_an_interpreter_would",
         "a_forked_child_is_ours_runs_as_main_with_its_argv_preloaded_and_signals_deferred",
         "a_forked_child_is_reaped_and_signalled_as_a_spawned_one",
         "a_standby_imports_first_becomes_the_child_it_is_given_or_is_let_go",

@@ -1,6 +1,7 @@
 """The zygote and its client for real (run in a subprocess by `test_zygote.py`: becoming a child
-subreaper and forking must not touch the pytest process). Prints the names of the checks that
-passed, as JSON; any failure is an exception and a non-zero exit."""
+subreaper and forking must not touch the pytest process), started as a fresh interpreter
+(`fresh`) or forked from this process as the supervisor forks it (`forked`, argv[1]). Prints the
+names of the checks that passed, as JSON; any failure is an exception and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from skulk.supervisor import zygote_fork
 from skulk.supervisor.child import DeferredSignals
 from skulk.supervisor.loop import reap_orphans
 from skulk.supervisor.tree import ROLES
-from skulk.supervisor.zygote_client import ForkedChild, Zygote
+from skulk.supervisor.zygote_client import ForkedChild, ForkedZygoteProcess, Zygote
 
 passed: list[str] = []
 
@@ -43,12 +45,15 @@ def zombies() -> list[int]:
     return out
 
 
-def main() -> None:
-    env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()))
+def main(mode: str) -> None:
+    env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1")
+    # every child the node may start, the runner too: its modules import no MLX until it loads
+    packages = [f"skulk.services.{role}" for role in (*ROLES, "runner")]
+    lock, _ = tempfile.mkstemp()  # as the node's lock: the forked zygote closes it
     with DeferredSignals():
-        # every child the node may start, the runner too: its modules import no MLX until it loads
-        zygote = Zygote.start([f"skulk.services.{role}" for role in (*ROLES, "runner")], env)
+        zygote = Zygote.start(packages, env) if mode == "fresh" else zygote_fork.fork(packages, env, [lock])
     assert zygote is not None, "no zygote on Linux"
+    assert isinstance(zygote.proc, ForkedZygoteProcess) == (mode == "forked")
     assert zygote.wait_ready(time.monotonic() + 120), zygote.broken
     tmp = Path(tempfile.mkdtemp())
 
@@ -57,9 +62,14 @@ def main() -> None:
     assert wait_exit(child) == 3
     seen = json.loads((tmp / "seen.json").read_text())
     assert seen == {"ppid": os.getpid(), "parent_env": os.getpid(), "argv": [str(tmp / "seen.json"), "--flag"],
-                    "main": "__main__", "preloaded": True, "mlx": False,
+                    "main": "__main__", "preloaded": True, "mlx": False, "fds": [],
                     "deferred_blocked": sorted([int(signal.SIGINT), int(signal.SIGHUP)])}, seen
     passed.append("a_forked_child_is_ours_runs_as_main_with_its_argv_preloaded_and_signals_deferred")
+
+    for flag, code in (("--raise", 1), ("--return", 0)):  # as a fresh interpreter's exit
+        child = zygote.spawn("tests.unit.zygote_child", [str(tmp / f"{flag}.json"), flag], env)
+        assert child is not None and wait_exit(child) == code, flag
+    passed.append("a_forked_child_exits_as_an_interpreter_would")
 
     child = zygote.spawn("tests.unit.zygote_child", [str(tmp / "killed.json")], env)
     assert child is not None
@@ -109,4 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])
