@@ -23,13 +23,13 @@ from skulk.node.gguf_tokenizer import CONTROL, TokenizerError
 PHANTOM = "\u2581"
 DEFAULT_IDS = {"bos": 101, "sep": 102, "unk": 100, "pad": 0, "mask": 103}
 """llama.cpp's special ids for a `bert` vocabulary whose file does not name them (bert-base's)."""
+HANGUL, PER_LEAD, LEAD_JAMO = 0xAC00, 588, 0x1100  # 19 leading jamo x 588 syllables each, from U+AC00
 KEYS = {"bos": "bos_token_id", "sep": "seperator_token_id", "unk": "unknown_token_id", "pad": "padding_token_id",
         "mask": "mask_token_id"}  # `seperator`: llama.cpp's own spelling of the key
 
 
 def bert_vocab(tokens: list[str], types: list[int]) -> dict[str, int]:
-    """The WordPiece vocabulary the converter's phantom-space tokens came from (first id wins
-    where two tokens undo to the same piece)."""
+    """The WordPiece vocabulary the converter's phantom-space tokens came from."""
     vocab: dict[str, int] = {}
     for i, token in enumerate(tokens):
         if i < len(types) and types[i] == CONTROL:
@@ -38,20 +38,40 @@ def bert_vocab(tokens: list[str], types: list[int]) -> dict[str, int]:
             piece = token[len(PHANTOM):]
         else:
             piece = "##" + token
-        vocab.setdefault(piece, i)
+        vocab[piece] = i  # the last id wins, as in llama.cpp's (and BERT's own) vocabulary
     return vocab
 
 
 def special_ids(meta: dict[str, Any], size: int) -> dict[str, int | None]:
-    """The file's special ids, llama.cpp's defaults where it names none (None: out of range)."""
+    """The file's special ids, llama.cpp's defaults where it names none or one out of range
+    (None: the default is out of range too)."""
     from skulk.node.gguf_tokenizer import _int
 
     ids: dict[str, int | None] = {}
     for name, key in KEYS.items():
         i = _int(meta, f"tokenizer.ggml.{key}")
-        i = DEFAULT_IDS[name] if i is None else i
+        i = DEFAULT_IDS[name] if i is None or not 0 <= i < size else i
         ids[name] = i if 0 <= i < size else None
     return ids
+
+
+def normalizer(lowercase: bool, strip_accents: bool) -> Any:
+    """llama.cpp's WPM preprocessing as `tokenizers` normalizers: vertical tab, form feed and
+    U+0085 are whitespace to it (BERT's `clean_text` would drop them); with accents stripped, its
+    one-codepoint NFD (a Hangul syllable becomes its leading jamo alone) and every mark dropped
+    (spacing and enclosing ones too, not only BERT's nonspacing ones)."""
+    from tokenizers import Regex, normalizers
+
+    steps: list[Any] = [normalizers.Replace(Regex("[\x0b\x0c\x85]"), " "),
+                        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False,
+                                                   lowercase=lowercase)]
+    if strip_accents:
+        for lead in range(19):
+            first = HANGUL + lead * PER_LEAD
+            syllables = Regex(f"[{chr(first)}-{chr(first + PER_LEAD - 1)}]")
+            steps.append(normalizers.Replace(syllables, chr(LEAD_JAMO + lead)))
+        steps += [normalizers.NFD(), normalizers.StripAccents()]
+    return normalizers.Sequence(steps)
 
 
 def _flag(meta: dict[str, Any], key: str, default: bool) -> bool:
@@ -64,7 +84,7 @@ def _flag(meta: dict[str, Any], key: str, default: bool) -> bool:
 def build_wordpiece(meta: dict[str, Any], out: Path, context: int) -> dict[str, int | None]:
     """Write `tokenizer.json` and `tokenizer_config.json` for a `bert` vocabulary; the bos/eos ids
     (BERT has no end of text: its `[SEP]` closes an input, it does not end an answer)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
     tokens = meta.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not tokens:
@@ -89,8 +109,7 @@ def build_wordpiece(meta: dict[str, Any], out: Path, context: int) -> dict[str, 
     strip_accents = _flag(meta, "tokenizer.ggml.normalizer.strip_accents", lowercase)
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=unk, continuing_subword_prefix="##",
                                      max_input_chars_per_word=1 << 30))  # llama.cpp has no limit
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                strip_accents=strip_accents, lowercase=lowercase)
+    tok.normalizer = normalizer(lowercase, strip_accents)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     control = [str(tokens[i]) for i, t in enumerate(types) if t == CONTROL and i < len(tokens)]

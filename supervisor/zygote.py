@@ -173,15 +173,19 @@ def run_role_and_exit(role: Role) -> NoReturn:
     except BaseException:  # noqa: BLE001 - reported as the interpreter reports it
         sys.excepthook(*sys.exc_info())
         code = 1
-    try:
-        shutdown = getattr(threading, "_shutdown", None)  # what the interpreter's own exit calls
-        if shutdown is not None:
-            shutdown()
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-    except BaseException:  # noqa: BLE001 - the exit itself must happen
-        pass
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter's own exit calls
+    for step in (shutdown, atexit._run_exitfuncs):
+        try:
+            if step is not None:
+                step()
+        except BaseException:  # noqa: BLE001 - each step of the exit is tried, and the exit happens
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BaseException:  # noqa: BLE001 - as the interpreter: an exit that cannot flush is 120
+            code = code or 120
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])

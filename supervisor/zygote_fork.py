@@ -74,11 +74,13 @@ def fork(packages: Iterable[str], env: Mapping[str, str], closable: Iterable[int
             log.info("zygote not forked from the supervisor (%s): started fresh", "; ".join(problems))
         return None
     ours, theirs = socket.socketpair()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush()
     pid = os.fork()
     if pid == 0:
-        _become_zygote(theirs, ours, list(packages), dict(env), set(closable))
+        try:
+            _become_zygote(theirs, ours, list(packages), dict(env), set(closable))
+        finally:
+            os._exit(1)  # never back into the supervisor's frames
     theirs.close()
     return Zygote(ForkedZygoteProcess(pid), ours, env)
 
@@ -106,6 +108,12 @@ def _become_zygote(theirs: socket.socket, ours: socket.socket, packages: list[st
             signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(env)
+        null = os.open(os.devnull, os.O_RDONLY)  # a child's stdin, as the supervisor spawns one
+        os.dup2(null, 0)
+        os.close(null)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - lives as long as the process
+        if not sys.flags.safe_path:  # `python -m`'s first entry, not the `skulk` script's directory
+            sys.path[0] = os.getcwd()
         if env.get("PYTHONUNBUFFERED"):  # as `python -u` makes them: nothing waits in a buffer
             sys.stdout = _unbuffered(sys.stdout)
             sys.stderr = _unbuffered(sys.stderr)
@@ -121,7 +129,15 @@ def _become_zygote(theirs: socket.socket, ours: socket.socket, packages: list[st
         os._exit(code)
 
 
-def _unbuffered(stream: TextIO) -> TextIO:
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+
+
+def _unbuffered(stream: TextIO | None) -> TextIO | None:
+    if stream is None:  # started with that descriptor closed
+        return None
     stream.flush()
     raw = open(stream.fileno(), "wb", buffering=0, closefd=False)  # noqa: SIM115 - lives as long as the process
     return io.TextIOWrapper(raw, encoding=stream.encoding, errors=getattr(stream, "errors", None), write_through=True)

@@ -213,7 +213,8 @@ def test_an_embedding_gguf_is_served_by_llama_cpp_with_llama_cpps_own_vectors(se
 
 WORDPIECE_TEXTS = ["Hello world", " a leading space", "Two  spaces and\nnew lines\n\n", "numbers 12345 and 3.14",
                    "unicode: café, naïve, 日本語, emoji 🎉", "Ünïcödé ÀÉÎÕÜ straße", "[CLS] hi [SEP] and [MASK]",
-                   "UPPER lower MiXeD don't stop-me now!", "a$b+c<d=e>f^g`h|i~j", "tabs\tand\rreturns", ""]
+                   "UPPER lower MiXeD don't stop-me now!", "a$b+c<d=e>f^g`h|i~j", "tabs\tand\rreturns",
+                   "page\x0cbreak and\x0bvertical", "spa\u093ecing mark", ""]
 
 
 def test_a_bert_gguf_tokenizes_and_embeds_as_llama_cpp(serving, bert_models):

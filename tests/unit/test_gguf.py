@@ -119,8 +119,13 @@ def test_a_wordpiece_vocabulary_tokenizes_as_llama_cpps_wpm(tmp_path: Path):
     cased = tmp_path / "cased"
     gguf_tokenizer.build(bert_meta(**{"tokenizer.ggml.normalizer.lowercase": False}), cased, 512)
     assert Tokenizer.from_file(str(cased / "tokenizer.json")).encode("Hello hello").ids == [7, 12, 1, 8]
-    # a file that names no special ids gets llama.cpp's defaults for BERT (bert-base's 100-103)
-    assert special_ids({}, 30522) == {"bos": 101, "sep": 102, "unk": 100, "pad": 0, "mask": 103}
+    # as llama.cpp's WPM: a form feed is whitespace, a spacing mark is stripped, a Hangul syllable is
+    # its leading jamo alone (its one-codepoint NFD)
+    assert [tok.normalizer.normalize_str(t) for t in ("a\x0cb", "ab\u093ec", "\uac01")] == ["a b", "abc", "\u1100"]
+    # a file that names no special ids, or one out of range, gets llama.cpp's defaults for BERT
+    defaults = {"bos": 101, "sep": 102, "unk": 100, "pad": 0, "mask": 103}
+    assert special_ids({}, 30522) == special_ids({"tokenizer.ggml.bos_token_id": 40000}, 30522) == defaults
+    assert bert_vocab(["\u2581a", "\u2581a"], [1, 1]) == {"a": 1}  # the last id wins, as in llama.cpp
     with pytest.raises(gguf_tokenizer.TokenizerError, match="has no bos / sep / unk token"):
         gguf_tokenizer.build({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["\u2581a"]}, tmp_path, 512)
 

@@ -49,9 +49,10 @@ def main(mode: str) -> None:
     env = dict(os.environ, SKULK_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1")
     # every child the node may start, the runner too: its modules import no MLX until it loads
     packages = [f"skulk.services.{role}" for role in (*ROLES, "runner")]
+    inherited = zygote_fork.open_fds() - {0, 1, 2}  # as `run_node`: whoever started us may leave some open
     lock, _ = tempfile.mkstemp()  # as the node's lock: the forked zygote closes it
     with DeferredSignals():
-        zygote = Zygote.start(packages, env) if mode == "fresh" else zygote_fork.fork(packages, env, [lock])
+        zygote = Zygote.start(packages, env) if mode == "fresh" else zygote_fork.fork(packages, env, [lock, *inherited])
     assert zygote is not None, "no zygote on Linux"
     assert isinstance(zygote.proc, ForkedZygoteProcess) == (mode == "forked")
     assert zygote.wait_ready(time.monotonic() + 120), zygote.broken
@@ -96,7 +97,8 @@ def main(mode: str) -> None:
     assert letgo is not None
     letgo.close()
     assert wait_exit(letgo.proc) in (0, -signal.SIGKILL)
-    assert zygote.spawn("tests.unit.zygote_child", [str(tmp / "after.json")], env) is not None  # still serving
+    after = zygote.spawn("tests.unit.zygote_child", [str(tmp / "after.json")], env)  # still serving
+    assert after is not None and wait_exit(after) == 3  # reaped here: not a zombie for the orphan check below
     passed.append("a_standby_imports_first_becomes_the_child_it_is_given_or_is_let_go")
 
     orphan_parent = subprocess.Popen(["sh", "-c", "sleep 0.1 & exit 0"])
