@@ -104,27 +104,38 @@ def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
     node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model}, config=NO_RESUME)
     wait_model_ready(node)
     assert http_json(f"{node.url}/place_instance", {"model_id": MODEL})[0] == 200
-    wait_until(node, lambda: len(running_runners(node) or {}) == 0 and sum(
-        "RunnerReady" in s for s in http_json(f"{node.url}/state")[1]["runners"].values()) == 2,
-        60, "two ready instances")
-    # Long answers (~15 s each here): on a busy machine this process may take seconds between
-    # seeing the victim busy and the kill, and the victim must still be mid-answer then (with
-    # 300 tokens its four answers once ended 0.1 s before the SIGABRT landed).
-    clients = load(node, streams=6, plain=2, max_tokens=1000)
-    producing(clients, node)  # (under CPU contention the two instances' streams need not overlap)
-    victim, victim_instance = next(iter(running_runners(node).items()))
-    before = node.status()
-    pid = before[victim].pid
-    fault_at = time.monotonic()
-    os.kill(pid, signal.SIGABRT)
-    # A new request right after the fault: served by the healthy instance, or (routed in the
-    # moment before the state knew) an immediate error, never a wait.
-    sent = time.monotonic()
-    status, body = http_json(f"{node.url}/v1/chat/completions", chat_body(MODEL, "again?", 4, False))
-    print(f"a new request sent {sent - fault_at:.3f}s after the SIGABRT: HTTP {status} after "
-          f"{time.monotonic() - sent:.2f}s")
-    assert status == 200 or (status == 500 and lost_error(body["error"]["message"])), body
-    outcomes = clients.join(patience(90))
+    for attempt in range(2):
+        wait_until(node, lambda: len(running_runners(node) or {}) == 0 and sum(
+            "RunnerReady" in s for s in http_json(f"{node.url}/state")[1]["runners"].values()) == 2,
+            60, "two ready instances")
+        # Long answers (~15 s each here): on a busy machine this process may take seconds between
+        # seeing the victim busy and the kill, and the victim must still be mid-answer then (with
+        # 300 tokens its four answers once ended 0.1 s before the SIGABRT landed).
+        started = time.monotonic()
+        clients = load(node, streams=6, plain=2, max_tokens=1000)
+        producing(clients, node)  # (under CPU contention the two instances' streams need not overlap)
+        seen_at = time.monotonic()
+        victim, victim_instance = next(iter(running_runners(node).items()))
+        before = node.status()
+        pid = before[victim].pid
+        fault_at = time.monotonic()
+        os.kill(pid, signal.SIGABRT)
+        print(f"attempt {attempt}: tokens flowing {seen_at - started:.2f}s after the load began, the victim "
+              f"chosen and killed {fault_at - seen_at:.2f}s later")
+        # A new request right after the fault: served by the healthy instance, or (routed in the
+        # moment before the state knew) an immediate error, never a wait.
+        sent = time.monotonic()
+        status, body = http_json(f"{node.url}/v1/chat/completions", chat_body(MODEL, "again?", 4, False))
+        print(f"a new request sent {sent - fault_at:.3f}s after the SIGABRT: HTTP {status} after "
+              f"{time.monotonic() - sent:.2f}s")
+        assert status == 200 or (status == 500 and lost_error(body["error"]["message"])), body
+        outcomes = clients.join(patience(90))
+        if any(o.error or not o.done for o in outcomes):
+            break
+        # Every answer was whole: the kill landed after the victim's last token (a machine too
+        # busy to act within its ~15 s of answers). Nothing was tested: once more, on the
+        # instance re-created from the victim's.
+        print(f"the SIGABRT came after every answer had ended:\n{summary(outcomes, fault_at)}")
     times = check_outcomes(outcomes, fault_at, "SIGABRT of one runner, 8 clients", may_finish=True)
     assert sum(o.done and o.error is None for o in outcomes) >= 1  # the healthy instance's share
     state = http_json(f"{node.url}/state")[1]
@@ -138,7 +149,7 @@ def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
     # before the leader asked for it); the first one came from the standby made at start.
     (recreated,) = [c for c in node.status().values() if c.id.startswith("runner-") and c.id not in before]
     assert recreated.standby and recreated.forked, recreated
-    assert sum(c.standby for c in before.values()) == 1, before
+    assert sum(c.standby for c in before.values()) == 1 or attempt, before  # (after a second attempt: 1 or 2)
 
 
 def test_python_exception_mid_decode_under_load(nodes, demo_model):

@@ -215,10 +215,10 @@ def test_split_over_two_nodes_the_real_model_answers_as_one_node(nodes, real_mod
 
     from tests.integration.cluster import FAST, converged, node_args, place_and_wait
     from tests.integration.harness import wait_until
-
     namespace = f"t-{uuid.uuid4().hex[:8]}"
-    a = nodes("pa", config=FAST, args=node_args(namespace, []), models={REAL_DIR: real_model})
-    b = nodes("pb", config=FAST, args=node_args(namespace, [a]), models={REAL_DIR: real_model})
+    calm = {"cluster": {**FAST["cluster"], "peer_timeout_s": 4.0}}  # two fp32 loads once stalled the machine 2.7 s
+    a = nodes("pa", config=calm, args=node_args(namespace, []), models={REAL_DIR: real_model})
+    b = nodes("pb", config=calm, args=node_args(namespace, [a]), models={REAL_DIR: real_model})
     wait_until(a, lambda: converged([a, b], 2), 30, "formation")
     for sharding in ("Pipeline", "Tensor"):
         iid, took, inst = place_and_wait(a, [a, b], {"model_id": REAL, "sharding": sharding, "min_nodes": 2})
