@@ -64,6 +64,8 @@ def fork(packages: Iterable[str], env: Mapping[str, str], closable: Iterable[int
     one as a fresh interpreter). `closable`: descriptors of ours the zygote closes (the lock);
     any other open one, beyond the standard streams and the log files, refuses the fork. The
     caller blocks SIGINT/SIGHUP around this call, as around any spawn."""
+    if not sys.platform.startswith("linux"):  # no zygote at all there (`zygote_client.become_subreaper`)
+        return None
     problems = zygote.fork_safe_problems()
     listed = open_fds()
     stray = listed - {0, 1, 2} - set(closable) - log_files()
