@@ -5,8 +5,8 @@ llama.cpp's converter writes BERT's vocabulary in "phantom space" form: a word-i
 `foo` as `▁foo`, a continuation `##oo` as `oo`, control tokens (`[CLS]`, `[SEP]`, ...) as they
 are. Undone here, it is BERT's own vocabulary again, and `tokenizers`' WordPiece with BERT's
 normalizer and pre-tokenizer splits text the way llama.cpp's WPM tokenizer does
-(`llm_tokenizer_wpm_session`): drop control characters, NFD and drop accent marks when accents are
-stripped, lower-case when told (`tokenizer.ggml.normalizer.*`, both on by default as in llama.cpp),
+(`llm_tokenizer_wpm_session`): drop control characters, lower-case and strip accents when told
+(`tokenizer.ggml.normalizer.*`, both on by default as in llama.cpp; `normalizer` says how exactly),
 every punctuation mark and CJK character a word of its own, each word the longest pieces from its
 start or unknown as a whole, and `[CLS] ... [SEP]` around every input. The special ids a file does
 not name are llama.cpp's defaults for BERT (101 `[CLS]`, 102 `[SEP]`, 100 `[UNK]`).
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skulk.node.gguf_tokenizer import CONTROL, TokenizerError
+from skulk.node.gguf_tokenizer import CONTROL, TokenizerError, _int
 
 PHANTOM = "\u2581"
 DEFAULT_IDS = {"bos": 101, "sep": 102, "unk": 100, "pad": 0, "mask": 103}
@@ -45,8 +45,6 @@ def bert_vocab(tokens: list[str], types: list[int]) -> dict[str, int]:
 def special_ids(meta: dict[str, Any], size: int) -> dict[str, int | None]:
     """The file's special ids, llama.cpp's defaults where it names none or one out of range
     (None: the default is out of range too)."""
-    from skulk.node.gguf_tokenizer import _int
-
     ids: dict[str, int | None] = {}
     for name, key in KEYS.items():
         i = _int(meta, f"tokenizer.ggml.{key}")
