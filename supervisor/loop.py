@@ -178,13 +178,15 @@ class NodeLoop:
             last_wake = time.monotonic()
             while self.exit_code is None:
                 timeout_ms = self._timeout_ms()
+                worked = time.monotonic() - last_wake  # this loop's own work since it last woke
                 ready = dict(poller.poll(timeout_ms))
                 now = time.monotonic()
                 overslept = now - last_wake - timeout_ms / 1000
                 if overslept > self.cfg.heartbeat_s:
                     # Nobody was here to read beats (SIGSTOP, suspend): do not blame children.
-                    log.warning("supervisor loop was stalled %.1fs past its deadline (frozen or "
-                                "suspended); restarting every child's liveness window", overslept)
+                    log.warning("supervisor loop was stalled %.1fs past its deadline (%.1fs of it in its own "
+                                "work, the rest not woken: frozen, suspended or starved of CPU); restarting "
+                                "every child's liveness window", overslept, worked)
                     self.root.forgive(now)
                 last_wake = now
                 self._see_exits()
