@@ -210,7 +210,7 @@ class Supervisor:
                 quiet = others_silent(slot.id, beats, now, slot.clock.heartbeat_s)
                 slot.clock, why = judge(slot.clock, now, progress, quiet)
                 if why is not None:
-                    self._watchdog_kill(slot, why, now)
+                    self._watchdog_kill(slot, why, now, progress)
                 elif not late and slot.clock.grace_until is not None and progress is not None:
                     log.warning("%s", late_line(slot.id, slot.proc.pid, slot.clock, progress, quiet))
             if watch and slot.state == "waiting" and slot.restart_at is not None and now >= slot.restart_at:
@@ -226,9 +226,9 @@ class Supervisor:
             elif slot.clock is not None and slot.state in ("starting", "running"):
                 slot.clock = forgive(slot.clock, now)
 
-    def _watchdog_kill(self, slot: WorkerSlot, why: Verdict, now: float) -> None:
+    def _watchdog_kill(self, slot: WorkerSlot, why: Verdict, now: float, progress: Progress | None = None) -> None:
         assert slot.proc is not None and slot.clock is not None
-        log.log(*kill_line(slot.id, slot.proc.pid, slot.clock, why, now))
+        log.log(*kill_line(slot.id, slot.proc.pid, slot.clock, why, now, progress))
         self.emit(slot.id, self.spec.id, why, slot.proc.pid, slot.restarts, "watchdog kill")
         slot.state, slot.killed_for, slot.killed_at = "killing", why, now
         slot.proc.terminate()

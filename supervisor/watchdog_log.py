@@ -9,8 +9,10 @@ from skulk.supervisor.watchdog import SLOW_PATIENCE, ChildClock, Progress, Verdi
 from skulk.wire.events import LifecycleEvent
 
 
-def kill_line(child_id: str, pid: int, clock: ChildClock, why: Verdict, now: float) -> tuple[int, str]:
-    """(log level, message) for a watchdog kill."""
+def kill_line(child_id: str, pid: int, clock: ChildClock, why: Verdict, now: float,
+              progress: Progress | None = None) -> tuple[int, str]:
+    """(log level, message) for a watchdog kill; a missed-heartbeat kill says what the child was
+    seen doing (its CPU over the probe's window and its run state), the evidence it was judged on."""
     if why == LifecycleEvent.READY_TIMEOUT:
         busy = (f" (still busy {now - clock.started_at:.0f}s after its start, past the {SLOW_PATIENCE:g}x it "
                 "may take on a slow machine)") if clock.graces else " (no progress)"
@@ -23,8 +25,10 @@ def kill_line(child_id: str, pid: int, clock: ChildClock, why: Verdict, now: flo
             f"{child_id} (pid {pid}) has been inside one step ({clock.step}) for "
             f"{now - (clock.step_since or now):.1f}s, past its step deadline (runner.step_deadline_s "
             f"{clock.step_deadline_s:.0f}s); killing it")
+    seen = (f": {progress.cpu_s:.2f}s CPU in the last {progress.window_s:.1f}s, {progress.state}"
+            if progress is not None else ": not readable")
     return logging.ERROR, (f"{child_id} (pid {pid}) missed {clock.liveness} heartbeats "
-                           f"({clock.heartbeat_s * clock.liveness:.1f}s); killing it")
+                           f"({clock.heartbeat_s * clock.liveness:.1f}s{seen}); killing it")
 
 
 def late_line(child_id: str, pid: int, clock: ChildClock, progress: Progress, quiet: bool = False) -> str:

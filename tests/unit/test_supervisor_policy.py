@@ -203,3 +203,13 @@ def test_a_step_past_its_deadline_is_killed_even_while_busy():
     clock = clock.in_step(20.0, 18.0, "prefill").in_step(31.0, 29.0, "prefill")
     working = Progress(cpu_s=3.0, window_s=3.0, state=RunState.RUNNABLE)
     assert judge(clock, 32.0, working)[1] == "step_deadline"
+
+
+def test_a_missed_heartbeat_kill_says_what_the_child_was_seen_doing():
+    from skulk.supervisor.watchdog_log import kill_line
+
+    clock = ChildClock(0.0, 15.0, 1.0, 3).ready(1.0)
+    idle = Progress(cpu_s=0.0, window_s=3.0, state=RunState.SLEEPING)
+    _level, line = kill_line("master", 42, clock, "heartbeat_missed", 4.5, idle)
+    assert line == "master (pid 42) missed 3 heartbeats (3.0s: 0.00s CPU in the last 3.0s, sleeping); killing it"
+    assert "not readable" in kill_line("master", 42, clock, "heartbeat_missed", 4.5)[1]
