@@ -68,10 +68,18 @@ class ForkedZygoteProcess(ForkedChild):
     `Popen` has."""
 
     def wait(self, timeout: float) -> int | None:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return self.returncode
+        """Its exit code once it has exited, waiting up to `timeout` on its pidfd (readable at its
+        exit); None if it is still there."""
+        if self.poll() is None:
+            try:
+                fd = os.pidfd_open(self.pid)
+            except OSError:  # already reaped elsewhere, or a kernel without pidfds
+                return self.poll()
+            try:
+                select.select([fd], [], [], timeout)
+            finally:
+                os.close(fd)
+        return self.poll()
 
 
 class Zygote:
