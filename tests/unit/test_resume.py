@@ -7,9 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from skulk.cluster.state import DeletionNote, RunnerStatus, RunnerStatusUpdated, TaskParams
-from skulk.services.api.generate.resume import continuation, recovering, resumable
+from skulk.services.api.generate.resume import continuation, recovering, resumable, worth_waiting
 from skulk.services.runner.engine import TokenOut
 from skulk.services.runner.sessions import Session
+from skulk.wire.commands import RejectReason
 from skulk.wire.inference import Done, Failed, FailReason, TokenChunk
 from tests.unit.builders import CARD, PARAMS, placed, run
 
@@ -88,6 +89,23 @@ def test_a_request_waits_while_the_models_lost_capacity_comes_back():
                                                        cause="node_lost", replaced_by=iid)})
     loading = run(made, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(kind="RunnerLoading"))])
     assert recovering(loading, CARD.model_id) and not recovering(made, CARD.model_id)  # ready: served
+
+
+def test_a_request_refused_for_no_instance_waits_while_this_nodes_state_still_lists_one():
+    """The leader removed a lost node's instance (and scheduled its re-creation) before this
+    node's copy of the state heard so: routing says no instance, the copy still lists it. The
+    request waits for the event instead of answering 404; a model with no instance at all, or a
+    NOT_READY refusal of a live one, is answered at once as before."""
+    state, iid, _rid = placed()
+    assert worth_waiting(state, CARD.model_id, RejectReason.NO_INSTANCE)  # the copy lags the leader
+    assert not worth_waiting(state, "other/model", RejectReason.NO_INSTANCE)
+    assert not worth_waiting(state, CARD.model_id, RejectReason.NOT_READY)  # first load: not lost capacity
+    pending = replace(state, instances={}, runners={}, deleted={iid: DeletionNote(
+        model_id=CARD.model_id, reason="lost", when=1.0, cause="node_lost", recreate_at=3.0,
+        instance=state.instances[iid])})
+    assert worth_waiting(pending, CARD.model_id, RejectReason.NOT_READY)
+    gone = replace(state, instances={}, runners={})
+    assert not worth_waiting(gone, CARD.model_id, RejectReason.NO_INSTANCE)
 
 
 def test_a_continuation_is_part_of_the_request_on_the_wire():

@@ -262,8 +262,7 @@ class Generation:
                     attempts += 1  # lost before it admitted the request: nothing was sent yet
                     log.warning("request for %s: %s before admission; routing it again", params.model, exc.reason)
                     continue
-                if exc.reason in (*resume.WAIT_FOR, RejectReason.NO_INSTANCE) and self._recovering(params.model,
-                                                                                                    deadline):
+                if exc.reason in resume.WAIT_FOR and self._recovering(params.model, exc.reason, deadline):
                     continue
                 raise
 
@@ -292,12 +291,13 @@ class Generation:
     def _command(self, params: TaskParams) -> TextGeneration:
         return TextGeneration(command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params)
 
-    def _recovering(self, model: str, deadline: float) -> bool:
-        """Wait (a state change, at most a second) if the model's lost capacity is coming back
+    def _recovering(self, model: str, refused: str, deadline: float) -> bool:
+        """Wait (a state change, at most a second) if the model's lost capacity is coming back,
+        or this node's state has yet to hear that its instance is gone (`resume.worth_waiting`),
         and the deadline allows: True to ask again, False to answer now (`api.resume` off: never)."""
         state = self.replica.get(timeout=0)
-        if not self.runners.timing.resume_attempts or state is None or not resume.recovering(state, model) \
-                or time.monotonic() >= deadline:
+        if not self.runners.timing.resume_attempts or state is None \
+                or not resume.worth_waiting(state, model, refused) or time.monotonic() >= deadline:
             return False
         log.info("no instance of %s serves yet, one is coming back: waiting", model)
         self.replica.wait_change(state.last_event_applied_idx, min(1.0, deadline - time.monotonic()))

@@ -53,3 +53,14 @@ def recovering(state: State, model: str) -> bool:
         if placed is not None and placed.model_id == model and not serving(state, placed):
             return True
     return False
+
+
+def worth_waiting(state: State, model: str, refused: str) -> bool:
+    """Whether a request refused by routing (`refused`) should wait for a change of this node's
+    copy of the state and ask again: the model's lost capacity is coming back, or routing found
+    no instance while this copy still lists one. The leader then removed it (a lost node) and
+    the event saying so, with the re-creation it schedules, has not reached this node yet: a
+    404 then would refuse a request the next event says to wait for."""
+    if recovering(state, model):
+        return True
+    return refused == RejectReason.NO_INSTANCE and any(i.model_id == model for i in state.instances.values())
