@@ -68,6 +68,8 @@ class ChildRuntime:
         self.bus = make_socket(self.ctx, zmq.PUB, hwm=1000,
                                connect=endpoints.bus_in(args.run_dir))
         self._beat_seq = 0
+        self._beat_at = 0.0  # monotonic time of the last beat sent (told when the role stops)
+        self._beats_dropped = 0  # beats the supervisor's socket would not take (zmq.Again)
         self._status_seq = 0
 
     def parent_alive(self) -> bool:
@@ -80,11 +82,20 @@ class ChildRuntime:
 
     def beat(self) -> None:
         self._beat_seq += 1
+        self._beat_at = time.monotonic()
         try:
             send(self.notify, Heartbeat(child_id=self.args.child_id, pid=os.getpid(),
                                         seq=self._beat_seq), flags=zmq.NOBLOCK)
         except zmq.Again:
-            pass  # supervisor not reading: it will judge us by the beats it does get
+            self._beats_dropped += 1  # supervisor not reading: it judges us by the beats it does get
+
+    def beats_told(self, now: float) -> str:
+        """The last beat sent, for the stop line: set beside the supervisor's kill line (the last
+        beat it heard), it tells a loop that stopped beating from beats lost on the way."""
+        if not self._beat_seq:
+            return "no heartbeat sent yet"
+        dropped = f", {self._beats_dropped} dropped unsent" if self._beats_dropped else ""
+        return f"last heartbeat #{self._beat_seq} sent {now - self._beat_at:.1f}s ago{dropped}"
 
     def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
         publish(self.bus, topic, msg, suffix)
@@ -205,7 +216,8 @@ class ServiceLoop:
         for signum in data:
             # One line per stop: a group signal often comes with the supervisor's own SIGTERM.
             if signum in STOP_SIGNALS and not self._stop:
-                log.info("%s: %s, stopping", self.rt.args.child_id, signal.Signals(signum).name)
+                log.info("%s: %s, stopping (%s)", self.rt.args.child_id, signal.Signals(signum).name,
+                         self.rt.beats_told(time.monotonic()))
                 self._stop = True
 
     def run(self) -> int:

@@ -319,7 +319,7 @@ class NodeLoop:
                 if isinstance(msg, ChildReady):
                     owner.on_ready(msg.child_id, msg.pid, now)
                 else:
-                    owner.on_beat(msg.child_id, msg.pid, now, msg.step, msg.step_age_s)
+                    owner.on_beat(msg.child_id, msg.pid, now, msg.step, msg.step_age_s, msg.seq)
 
     def _drain_control(self, now: float) -> None:
         def refuse(exc: WireError) -> None:

@@ -30,6 +30,7 @@ class WorkerSlot:
     started_at: float | None = None
     killed_for: Verdict | None = None  # the watchdog's reason, while its kill is under way
     killed_at: float | None = None
+    beat_seq: int = 0  # the last loop beat's number heard from this process (0: none yet)
 
     def alive(self) -> bool:
         return self.proc is not None

@@ -113,12 +113,15 @@ class Supervisor:
             self.emit(child_id, self.spec.id, LifecycleEvent.READY, pid, slot.restarts, "")
         return True
 
-    def on_beat(self, child_id: str, pid: int, now: float, step: str = "", step_age_s: float = 0.0) -> bool:
-        """A beat from the child's loop, or (`step`) from its watch thread while the loop is
-        inside one long step (`watchdog.ChildClock.in_step`)."""
+    def on_beat(self, child_id: str, pid: int, now: float, step: str = "", step_age_s: float = 0.0,
+                seq: int = 0) -> bool:
+        """A beat from the child's loop (`seq`: its number), or (`step`) from its watch thread
+        while the loop is inside one long step (`watchdog.ChildClock.in_step`)."""
         slot = self.slots.get(child_id)
         if not isinstance(slot, WorkerSlot) or slot.proc is None or slot.proc.pid != pid:
             return False
+        if not step:
+            slot.beat_seq = seq
         if slot.clock is not None and slot.clock.ready_at is not None:
             slot.clock = slot.clock.in_step(now, step_age_s, step) if step else slot.clock.beat(now)
         return True
@@ -228,7 +231,7 @@ class Supervisor:
 
     def _watchdog_kill(self, slot: WorkerSlot, why: Verdict, now: float, progress: Progress | None = None) -> None:
         assert slot.proc is not None and slot.clock is not None
-        log.log(*kill_line(slot.id, slot.proc.pid, slot.clock, why, now, progress))
+        log.log(*kill_line(slot.id, slot.proc.pid, slot.clock, why, now, progress, slot.beat_seq))
         self.emit(slot.id, self.spec.id, why, slot.proc.pid, slot.restarts, "watchdog kill")
         slot.state, slot.killed_for, slot.killed_at = "killing", why, now
         slot.proc.terminate()

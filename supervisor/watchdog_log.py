@@ -10,9 +10,11 @@ from skulk.wire.events import LifecycleEvent
 
 
 def kill_line(child_id: str, pid: int, clock: ChildClock, why: Verdict, now: float,
-              progress: Progress | None = None) -> tuple[int, str]:
+              progress: Progress | None = None, beat_seq: int = 0) -> tuple[int, str]:
     """(log level, message) for a watchdog kill; a missed-heartbeat kill says what the child was
-    seen doing (its CPU over the probe's window and its run state), the evidence it was judged on."""
+    seen doing (its CPU over the probe's window and its run state), the evidence it was judged on,
+    and the last beat heard (`beat_seq`, when): the child's own stop line says the last it sent,
+    so the two logs tell a loop that stopped beating from beats that did not arrive."""
     if why == LifecycleEvent.READY_TIMEOUT:
         busy = (f" (still busy {now - clock.started_at:.0f}s after its start, past the {SLOW_PATIENCE:g}x it "
                 "may take on a slow machine)") if clock.graces else " (no progress)"
@@ -27,8 +29,10 @@ def kill_line(child_id: str, pid: int, clock: ChildClock, why: Verdict, now: flo
             f"{clock.step_deadline_s:.0f}s); killing it")
     seen = (f": {progress.cpu_s:.2f}s CPU in the last {progress.window_s:.1f}s, {progress.state}"
             if progress is not None else ": not readable")
+    heard = (f"; last heard beat #{beat_seq} {now - clock.last_beat:.1f}s ago"
+             if beat_seq and clock.last_beat is not None else "")
     return logging.ERROR, (f"{child_id} (pid {pid}) missed {clock.liveness} heartbeats "
-                           f"({clock.heartbeat_s * clock.liveness:.1f}s{seen}); killing it")
+                           f"({clock.heartbeat_s * clock.liveness:.1f}s{seen}{heard}); killing it")
 
 
 def late_line(child_id: str, pid: int, clock: ChildClock, progress: Progress, quiet: bool = False) -> str:

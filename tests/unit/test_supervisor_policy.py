@@ -213,3 +213,5 @@ def test_a_missed_heartbeat_kill_says_what_the_child_was_seen_doing():
     _level, line = kill_line("master", 42, clock, "heartbeat_missed", 4.5, idle)
     assert line == "master (pid 42) missed 3 heartbeats (3.0s: 0.00s CPU in the last 3.0s, sleeping); killing it"
     assert "not readable" in kill_line("master", 42, clock, "heartbeat_missed", 4.5)[1]
+    heard = kill_line("master", 42, clock.beat(2.0), "heartbeat_missed", 5.5, idle, beat_seq=7)[1]
+    assert heard.endswith("sleeping; last heard beat #7 3.5s ago); killing it"), heard

@@ -176,7 +176,16 @@ def test_missed_heartbeats_kill_a_ready_child():
 
 def test_beats_from_a_stale_pid_are_ignored():
     sup, world = make("one_for_one", children=("a",))
-    assert sup.on_beat("a", 99999, 1.0) is False
+    assert sup.on_beat("a", 99999, 1.0, seq=5) is False
+    assert sup.slots["a"].beat_seq == 0
+
+
+def test_the_last_loop_beats_number_is_kept_for_the_kill_line():
+    """A watch thread's step report is not a loop beat: the number stays the loop's last."""
+    sup, world = make("one_for_one", children=("a",))
+    pid = world.procs["a"].pid
+    assert sup.on_beat("a", pid, 1.0, seq=3) and sup.slots["a"].beat_seq == 3
+    assert sup.on_beat("a", pid, 1.5, step="prefill", step_age_s=2.5, seq=1) and sup.slots["a"].beat_seq == 3
 
 
 def test_boot_failures_back_off_instead_of_looping():
