@@ -26,10 +26,11 @@ ROLES = ("bus", "eventlog", "store", "gossip", "master", "worker", "api", "janit
 """Permanent roles in start order; stop order is the reverse."""
 
 RUNNER_MODULE = "skulk.services.runner"
-RUNNER_STACK = ("skulk.services.runner.blas", "mlx.core", "mlx.nn", "mlx_lm", "mlx_lm.utils",
+RUNNER_STACK = ("skulk.services.runner.prelude", "mlx.core", "mlx.nn", "mlx_lm", "mlx_lm.utils",
                 "mlx_lm.generate", "mlx_lm.models.cache")
-"""What a standby runner imports before it is needed (`supervisor/zygote.py`): OpenBLAS first,
-then the engine (mlx-lm's import alone is seconds on a CPU: transformers)."""
+"""What a standby runner imports before it is needed (`supervisor/zygote.py`): the runner's
+prelude first (OpenBLAS, transformers' cached index), then the engine (mlx-lm's import alone is
+seconds on a CPU: transformers)."""
 GUNICORN_TICK_S = 1.0
 """The api beats from gunicorn's arbiter loop, which wakes once a second at most."""
 RUNNER_READY_GRACE_S = 10.0

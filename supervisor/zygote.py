@@ -203,10 +203,10 @@ def wait_as_standby(role: Role) -> list[str]:
 
     assert role.standby is not None
     setproctitle("skulk: standby runner")  # not `skulk: runner <id>` until it is one
-    if "skulk.services.runner.blas" in role.preimport:
-        from skulk.services.runner.blas import preload_blas
+    if "skulk.services.runner.prelude" in role.preimport:
+        from skulk.services.runner.prelude import prepare
 
-        preload_blas()  # before mlx, as the runner's own entry point does
+        prepare()  # before mlx and transformers, as the runner's own entry point does
     for module in role.preimport:
         importlib.import_module(module)
     line = role.standby.makefile("rb").readline()  # sent as soon as it was asked for: maybe long ago

@@ -1,6 +1,6 @@
-from skulk.services.runner.blas import preload_blas
+from skulk.services.runner.prelude import prepare
 
-_BLAS = preload_blas()  # before anything imports mlx
+_BLAS = prepare()  # before anything imports mlx or transformers
 
 from skulk.services.base import run_service  # noqa: E402
 from skulk.services.runner.service import setup_runner  # noqa: E402
