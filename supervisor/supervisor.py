@@ -295,7 +295,7 @@ class Supervisor:
             slot.state = "starting"
             self.handle_exit(slot.id, exitcodes.BOOT_FAILURE, now)
             return
-        slot.state, slot.started_at = "starting", now
+        slot.state, slot.started_at, slot.beat_seq = "starting", now, 0
         slot.clock = ChildClock(now, slot.spec.ready_timeout_s, slot.spec.heartbeat_s,
                                 slot.spec.liveness, step_deadline_s=slot.spec.step_deadline_s)
         log.info("%s started (pid %d%s)", slot.id, slot.proc.pid, ", forked" if slot.proc.forked else "")
