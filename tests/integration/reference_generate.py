@@ -1,4 +1,4 @@
-"""In-process mlx-lm greedy generation, as the runner would do it (same BLAS preload, fp32).
+"""In-process mlx-lm greedy generation, as the runner would do it (same prelude: BLAS preload; fp32).
 
 Run as a subprocess: `python -m tests.integration.reference_generate MODEL_DIR N 'prompt'`;
 prints JSON {text, tokens: [[bytes..., logprob]...], generation_tps}. With a JSON list of
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import sys
 
-from skulk.services.runner.blas import preload_blas
+from skulk.services.runner.prelude import prepare
 
-preload_blas()
+prepare()  # OpenBLAS before mlx, transformers' cached index: as the runner starts
 
 import mlx.core as mx  # noqa: E402
 from mlx_lm import load, stream_generate  # noqa: E402
