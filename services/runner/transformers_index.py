@@ -32,24 +32,32 @@ MODULE = "transformers.utils.import_utils"
 FUNCTION = "create_import_structure_from_path"
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+def cache_dir() -> Path | None:
+    """`$XDG_CACHE_HOME/skulk`, else `~/.cache/skulk`; None where there is no home to tell."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no HOME and no password entry (a bare service account)
+            return None
     return Path(base) / "skulk"
 
 
 class FolderIndex:
     """The cached structures of one transformers version: {folder: (mtime_ns, structure)}."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # None: nowhere to keep it (every process walks, as without the cache)
         self.entries: dict[str, tuple[int, Any]] = {}
+        if path is None:
+            return
         try:
             with path.open("rb") as f:
                 loaded = pickle.load(f)
             if isinstance(loaded, dict):
                 self.entries = loaded
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError):
-            pass  # none yet, or torn: computed again and written anew
+        except Exception:  # noqa: BLE001 - none yet, torn or foreign: walked again and written anew
+            pass
 
     def get(self, folder: str, stamp: int) -> Any | None:
         hit = self.entries.get(folder)
@@ -57,14 +65,19 @@ class FolderIndex:
 
     def put(self, folder: str, stamp: int, structure: Any) -> None:
         self.entries[folder] = (stamp, structure)
+        if self.path is None:
+            return
+        tmp = ""
         try:  # atomic: a concurrent reader sees the old file or the new one
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 pickle.dump(self.entries, f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
-        except OSError as exc:  # a read-only home: every process computes it, as without us
+        except Exception as exc:  # noqa: BLE001 - a read-only home, say: every process walks, as without us
             log.debug("transformers index not cached: %s", exc)
+            if tmp:
+                Path(tmp).unlink(missing_ok=True)
 
 
 def cached(real: Callable[[str], Any], index_of: Callable[[], FolderIndex]) -> Callable[[Any], Any]:
@@ -77,14 +90,14 @@ def cached(real: Callable[[str], Any], index_of: Callable[[], FolderIndex]) -> C
         if depth:
             return real(module_path)
         folder = str(module_path)
-        try:
+        try:  # the cache must never fail transformers' import: anything wrong, and it walks
             if os.path.isfile(folder):
                 folder = os.path.dirname(folder)  # as `real` does: a file stands for its folder
             stamp = os.stat(folder).st_mtime_ns
-        except OSError:
+            index = index_of()
+            hit = index.get(folder, stamp)
+        except Exception:  # noqa: BLE001 - see above
             return real(module_path)
-        index = index_of()
-        hit = index.get(folder, stamp)
         if hit is not None:
             return hit
         depth += 1
@@ -123,7 +136,8 @@ class _Hook(importlib.abc.MetaPathFinder):
 
                 def index_of() -> FolderIndex:
                     if not index:
-                        index.append(FolderIndex(cache_dir() / f"transformers-{version}-index.pickle"))
+                        folder = cache_dir()
+                        index.append(FolderIndex(folder / f"transformers-{version}-index.pickle" if folder else None))
                     return index[0]
 
                 setattr(module, FUNCTION, cached(real, index_of))

@@ -60,6 +60,33 @@ def test_a_torn_or_foreign_cache_is_walked_again(tmp_path):
         assert walk(str(folder))["top"] == ["sub"] and calls[0] == str(folder)
 
 
+def test_nowhere_to_keep_it_or_a_failing_cache_only_means_the_walk(tmp_path):
+    """No home (a bare service account), an unwritable cache folder, a cache that raises: the
+    import walks as it would without the cache, and leaves no file behind."""
+    folder = tmp_path / "models"
+    (folder / "sub").mkdir(parents=True)
+    nowhere = FolderIndex(None)
+    nowhere.put("x", 1, {"a": 1})
+    assert nowhere.get("x", 1) == {"a": 1}  # this process still has it
+
+    def broken() -> FolderIndex:
+        raise RuntimeError("Could not determine home directory.")
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        for index_of in (broken, lambda: FolderIndex(locked / "cache" / "index.pickle")):
+            calls: list[str] = []
+            real, holder = walker(calls)
+            walk = holder["walk"] = cached(real, index_of)
+            assert walk(str(folder))["top"] == ["sub"] and calls[0] == str(folder)
+    finally:
+        locked.chmod(0o700)
+    if os.geteuid() != 0:  # root writes anywhere
+        assert list(locked.iterdir()) == []
+
+
 def test_a_missing_folder_goes_to_the_walk_itself(tmp_path):
     calls: list[str] = []
     real, holder = walker(calls)
