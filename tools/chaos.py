@@ -41,6 +41,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -57,6 +58,7 @@ from tools.chaos_checks import (
     replica_errors,
     replica_placements,
     replica_problems,
+    running_tasks,
 )
 from tools.chaos_clients import Clients, Targets
 from tools.chaos_faults import NODE_LOSS, Kind, Plan, inject, plan_fault
@@ -70,6 +72,9 @@ AIM_S = 5.0
 """The replicas mode's kill waits at most this long for a node running two streams of other
 nodes' APIs (a kill there cuts streams that must go on elsewhere)."""
 REPLICA_ANSWERS = (100, 400)
+FRESH_ANSWER = 200
+"""The kill's aim: a stream asked for at least this many tokens that started since the last read
+of the state (0.2 s and a read ago) still runs when the kill lands."""
 """The replicas mode's answer lengths (tokens; the other faults' clients ask 16-160): a stream
 the kill is aimed at must still run when the kill lands, although the state it is aimed by lags
 and a busy machine is slow between that read and the kill (a suite run once saw both streams of
@@ -194,22 +199,37 @@ class Soak:
 
     def replica_kill(self, runners: dict[str, list[str]], ids: dict[str | None, str]) -> Plan:
         """A serving node's whole tree, chosen where the kill cuts streams another node's API
-        holds (read from the state just before, waiting up to `AIM_S` for a node that runs two,
-        so that one ending meanwhile still leaves one to cut; at random where none runs)."""
+        holds: one that started since the last read of the state (its answer ahead of it, however
+        fast this machine ends one), waited for up to `AIM_S`; then one that ran at the last read;
+        at random where none runs."""
         serving = sorted(n for n, r in runners.items() if r)
         names = {i: n for i, n in ids.items() if i is not None}
         until = time.monotonic() + AIM_S
+        known: set[str] | None = None
+        fresh: tuple[str, int] | None = None
         while True:
-            state = next((v.state for v in self.views() if v.state), None) or {}
-            best = cutting_target(state, names, serving)
-            if (best is not None and best[1] >= 2) or time.monotonic() >= until or self.stop.is_set():
+            state = self.any_state()
+            fresh = None if known is None else cutting_target(state, names, serving, known, FRESH_ANSWER)
+            best = fresh or cutting_target(state, names, serving)
+            if fresh is not None or time.monotonic() >= until or self.stop.is_set():
                 break
+            known = running_tasks(state)
             self.stop.wait(0.2)  # the schedule: the next read of where streams run
         if best is None:
             self.log("  no stream of another node's API ran: a serving node at random")
             return Plan(Kind.KILL_NODE, self.rng.choice(serving))
-        self.log(f"  {best[0]} runs {best[1]} stream(s) another node's API holds")
+        self.log(f"  {best[0]} runs {best[1]} stream(s) another node's API holds"
+                 f"{', started since the last look' if fresh is not None else ''}")
         return Plan(Kind.KILL_NODE, best[0])
+
+    def any_state(self) -> dict[str, Any]:
+        """The first node's state that answers (one read: the kill is aimed by it, and a read of
+        every node's state and processes takes a busy machine longer than a short answer lasts)."""
+        for node in self.nodes:
+            state = node.state()
+            if state:
+                return state
+        return {}
 
     def finish(self) -> Verdict:
         assert self.clients is not None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,22 +145,33 @@ def replica_problems(state: dict[str, Any], model: str) -> list[str]:
     return [f"runner {rid} not serving yet" for rid in sorted(placed - ready)]
 
 
-def cutting_target(state: dict[str, Any], names: dict[str, str], serving: list[str]) -> tuple[str, int] | None:
+def cutting_target(state: dict[str, Any], names: dict[str, str], serving: list[str],
+                   known: Collection[str] = (), min_tokens: int = 0) -> tuple[str, int] | None:
     """The replicas mode's kill: of the `serving` node names, the one whose instance runs the
     most streams that another node's API holds (a kill there cuts streams that can go on
     elsewhere; the soak tests that promise, not only the killed API's own clients), and how many.
-    None when no such stream runs now. `names`: node id -> name."""
+    Only streams not in `known` (task ids an earlier read saw running) and asked for at least
+    `min_tokens` count: one that started since that read has its answer ahead of it. None when
+    no such stream runs now. `names`: node id -> name."""
     node_of = {iid: next(iter(shards(i)["nodeToRunner"]), None) for iid, i in state.get("instances", {}).items()}
     cut: dict[str, int] = {}
     for task in state.get("tasks", {}).values():
         t = next(iter(task.values()))
         where = names.get(node_of.get(t.get("instanceId"), "") or "")
-        if t.get("taskStatus") == "Running" and where in serving and names.get(t.get("ownerNode", "")) != where:
+        asked = (t.get("taskParams") or {}).get("max_output_tokens") or 0
+        if (t.get("taskStatus") == "Running" and where in serving and names.get(t.get("ownerNode", "")) != where
+                and t.get("taskId") not in known and asked >= min_tokens):
             cut[where] = cut.get(where, 0) + 1
     if not cut:
         return None
     best = max(sorted(cut), key=lambda n: cut[n])
     return best, cut[best]
+
+
+def running_tasks(state: dict[str, Any]) -> set[str]:
+    """The ids of the tasks running in `state` (what the next read's `cutting_target` skips)."""
+    return {t["taskId"] for task in state.get("tasks", {}).values() for t in task.values()
+            if t.get("taskStatus") == "Running" and "taskId" in t}
 
 
 def replica_placements(state: dict[str, Any], node_ids: list[str], model: str) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from tools.chaos_checks import (
     membership_problems,
     missing_placements,
     pending_recreations,
+    running_tasks,
 )
 from tools.chaos_faults import NODE_LOSS, Kind, plan_fault
 
@@ -160,3 +161,21 @@ def test_the_replicas_kill_goes_where_it_cuts_streams_another_nodes_api_holds():
     assert cutting_target(on, names, ["a", "b"]) == ("b", 2)
     assert cutting_target(on, names, ["a"]) is None  # only a's own stream runs there
     assert cutting_target({**on, "tasks": {}}, names, ["a", "b"]) is None
+
+
+def test_the_replicas_kill_aims_at_streams_that_started_since_the_last_look():
+    """A stream an earlier read saw may be ending when the kill lands; one started since has
+    its answer ahead of it (a short one, such as a probe's, does not count)."""
+    def task(tid: str, iid: str, asked: int = 300) -> dict:
+        return {"TextGeneration": {"taskId": tid, "instanceId": iid, "ownerNode": "ic", "taskStatus": "Running",
+                                   "taskParams": {"max_output_tokens": asked}}}
+
+    names = {"ia": "a", "ib": "b", "ic": "c"}
+    layout = {"x": instance("x", {"ia": "ra"}), "y": instance("y", {"ib": "rb"})}
+    before = {**state("ia", list(names), layout), "tasks": {"1": task("1", "x"), "2": task("2", "x")}}
+    after = {**before, "tasks": {**before["tasks"], "3": task("3", "y"), "4": task("4", "x", asked=2)}}
+    known = running_tasks(before)
+    assert known == {"1", "2"}
+    assert cutting_target(after, names, ["a", "b"]) == ("a", 3)  # the most streams, however old
+    assert cutting_target(after, names, ["a", "b"], known, 200) == ("b", 1)  # the one with its answer ahead
+    assert cutting_target(before, names, ["a", "b"], known, 200) is None  # nothing new since
