@@ -11,6 +11,7 @@ import http.client
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,31 @@ def ask(prompt: str) -> dict[str, Any]:
     return {**bc.body(prompt, N), "model": REAL}
 
 
+COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
+        "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+          "required": ["city", "country"], "additionalProperties": False}
+SCHEMA_ASK = {**ask("What is the capital of France? Answer in JSON with the city and the country."), "max_tokens": 60,
+              "response_format": {"type": "json_schema", "json_schema": {"name": "capital", "schema": SCHEMA}}}
+
+
+_PLAIN: dict[tuple[int, str], dict[str, Any]] = {}
+
+
+def plain_answer(plain, body: dict[str, Any]) -> dict[str, Any]:
+    """The plain node's greedy answer to `body`, asked once per file (greedy answers repeat:
+    the speculation tests compare against the same few, and single-stream decode is the file's
+    cost)."""
+    key = (plain.api_port, json.dumps(body, sort_keys=True))
+    if key not in _PLAIN:
+        status, reply = bc.complete(plain.url, body)
+        assert status == 200, reply
+        _PLAIN[key] = reply
+    return _PLAIN[key]
+
+
 def test_the_import_is_the_trained_model(real_model):
     config = json.loads((real_model / "config.json").read_text())
     assert config["model_type"] == "llama" and config["num_hidden_layers"] == 30 and config["rope_traditional"]
@@ -97,26 +123,39 @@ def test_the_eight_prompts_at_once_give_the_same_answers(real_node, reference):
 
 
 def test_every_chat_shaped_client_gets_the_same_text(real_node, reference):
+    """The four chat-shaped APIs, asked at once (one batch: batching changes no token, above)."""
     prompt, text = PROMPTS[0], reference[0]["text"]
     user = [{"role": "user", "content": prompt}]
-    conn_body = {"model": REAL, "max_tokens": N, "temperature": 0, "stream": True, "messages": user}
-    conn = http.client.HTTPConnection("127.0.0.1", real_node.api_port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", json.dumps(conn_body), {"Content-Type": "application/json"})
-    streamed = "".join(p["choices"][0]["delta"].get("content") or "" for kind, p in sse_events(conn.getresponse())
-                       if kind == "data" and p != "[DONE]" and p.get("choices"))
-    conn.close()
-    assert streamed == text
-    status, msg = http_json(f"{real_node.url}/v1/messages", {"model": REAL, "max_tokens": N, "temperature": 0,
-                                                             "messages": user})
-    assert status == 200 and "".join(b["text"] for b in msg["content"] if b["type"] == "text") == text, msg
-    status, resp = http_json(f"{real_node.url}/v1/responses", {"model": REAL, "max_output_tokens": N,
-                                                               "temperature": 0, "input": prompt})
-    assert status == 200, resp
-    out = [c["text"] for o in resp["output"] if o["type"] == "message" for c in o["content"]]
-    assert "".join(out) == text, resp
-    status, chat = http_json(f"{real_node.url}/api/chat", {"model": REAL, "stream": False, "messages": user,
-                                                           "options": {"temperature": 0, "num_predict": N}})
-    assert status == 200 and chat["message"]["content"] == text, chat
+
+    def streamed() -> str:
+        body = {"model": REAL, "max_tokens": N, "temperature": 0, "stream": True, "messages": user}
+        conn = http.client.HTTPConnection("127.0.0.1", real_node.api_port, timeout=60)
+        try:
+            conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+            return "".join(p["choices"][0]["delta"].get("content") or "" for kind, p in sse_events(conn.getresponse())
+                           if kind == "data" and p != "[DONE]" and p.get("choices"))
+        finally:
+            conn.close()
+
+    def messages() -> str:
+        status, msg = http_json(f"{real_node.url}/v1/messages", {"model": REAL, "max_tokens": N, "temperature": 0,
+                                                                 "messages": user})
+        assert status == 200, msg
+        return "".join(b["text"] for b in msg["content"] if b["type"] == "text")
+
+    def responses() -> str:
+        status, resp = http_json(f"{real_node.url}/v1/responses", {"model": REAL, "max_output_tokens": N,
+                                                                   "temperature": 0, "input": prompt})
+        assert status == 200, resp
+        return "".join(c["text"] for o in resp["output"] if o["type"] == "message" for c in o["content"])
+
+    def ollama_chat() -> str:
+        status, chat = http_json(f"{real_node.url}/api/chat", {"model": REAL, "stream": False, "messages": user,
+                                                               "options": {"temperature": 0, "num_predict": N}})
+        assert status == 200, chat
+        return chat["message"]["content"]
+
+    assert bc.at_once(streamed, messages, responses, ollama_chat) == [text] * 4
 
 
 def test_a_truncated_or_foreign_file_is_refused_at_once_and_leaves_nothing(real_model, tmp_path):
@@ -196,14 +235,9 @@ def test_max_tokens_and_stop_strings_end_where_mlx_lm_would(real_node, reference
 def test_a_json_schema_gives_valid_json_from_the_real_model(real_node):
     import jsonschema
 
-    schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-              "required": ["city", "country"], "additionalProperties": False}
-    status, reply = bc.complete(real_node.url, {
-        **ask("What is the capital of France? Answer in JSON with the city and the country."), "max_tokens": 60,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "capital", "schema": schema}}})
-    assert status == 200, reply
+    reply = plain_answer(real_node, SCHEMA_ASK)  # kept: the speculation tests' control for a schema
     answer = json.loads(reply["choices"][0]["message"]["content"])
-    jsonschema.validate(answer, schema)
+    jsonschema.validate(answer, SCHEMA)
     print(f"schema-constrained answer: {answer}")
 
 
@@ -265,36 +299,13 @@ def test_a_shared_system_prompt_from_the_prefix_cache_gives_the_same_answer(real
 
 
 def test_legacy_completions_of_a_raw_prompt_are_mlx_lms(real_node, references):
-    for prompt, ref in zip(RAW, references[len(PROMPTS):], strict=True):
-        status, reply = http_json(f"{real_node.url}/v1/completions", {"model": REAL, "prompt": prompt,
-                                                                       "max_tokens": RAW_N, "temperature": 0})
+    replies = bc.at_once(*(partial(http_json, f"{real_node.url}/v1/completions",
+                                   {"model": REAL, "prompt": p, "max_tokens": RAW_N, "temperature": 0}) for p in RAW))
+    for prompt, ref, (status, reply) in zip(RAW, references[len(PROMPTS):], replies, strict=True):
         assert status == 200, reply
         assert reply["choices"][0]["text"] == ref["text"], (prompt, ref["text"], reply["choices"][0]["text"])
         assert reply["usage"]["completion_tokens"] == len(ref["tokens"])
         print(f"{prompt!r} -> {ref['text']!r}")
-
-
-COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
-        "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
-
-
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-          "required": ["city", "country"], "additionalProperties": False}
-
-
-_PLAIN: dict[tuple[int, str], dict[str, Any]] = {}
-
-
-def plain_answer(plain, body: dict[str, Any]) -> dict[str, Any]:
-    """The plain node's greedy answer to `body`, asked once per file (greedy answers repeat:
-    the speculation tests compare against the same few, and single-stream decode is the file's
-    cost)."""
-    key = (plain.api_port, json.dumps(body, sort_keys=True))
-    if key not in _PLAIN:
-        status, reply = bc.complete(plain.url, body)
-        assert status == 200, reply
-        _PLAIN[key] = reply
-    return _PLAIN[key]
 
 
 SPECULATED = (0, 3, 6)  # of PROMPTS (the plain node answers all 8): decode is this file's cost
@@ -319,9 +330,7 @@ def same_as_plain(node, plain, reference) -> tuple[int, int, dict[str, Any]]:
         want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
         assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
     copy = {**ask(COPY), "max_tokens": 60}
-    schema = {**ask("What is the capital of France? Answer in JSON with the city and the country."),
-              "max_tokens": 60,
-              "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
+    schema = SCHEMA_ASK
     replies = []
     for body in (copy, {**copy, "max_tokens": 9}, {**copy, "stop": ["plums"]}, schema):
         want, got = plain_answer(plain, body), counted(bc.complete(node.url, body)[1])
