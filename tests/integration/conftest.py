@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -14,27 +15,37 @@ from tests.integration.real_model import REAL_DIR
 DEMO_DIR = "skulk--demo-tiny"
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, argv: list[str], timeout: float) -> Path:
+    """The home `name` that `skulk model demo <argv> --home HOME` fills, made once for the whole
+    run: parallel workers share it (the first builds it under a lock, the others wait and reuse
+    it), since each build is seconds of CPU, and the fp32 copy a CPU runner keeps beside a model
+    is then also made once (it is written to a temporary name and renamed: readers never see
+    half of it)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's, not one worker's
+    home, done = root / name, root / f"{name}.built"
+    with FileLock(str(root / f"{name}.lock"), timeout=timeout):
+        if not done.exists():
+            out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", *argv, "--home",
+                                  str(home)], capture_output=True, text=True, timeout=timeout)
+            assert out.returncode == 0, out.stderr
+            done.touch()
+    return home
+
+
 @pytest.fixture(scope="session")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo model, built once per session by the real CLI (keeps mlx out of pytest)."""
-    home = tmp_path_factory.mktemp("demo-home")
-    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--kind", "tiny", "--home",
-                          str(home)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return home / "models" / DEMO_DIR
-
-
+    """The demo model, built once per run by the real CLI (keeps mlx out of pytest)."""
+    return built_once(tmp_path_factory, "demo-home", ["--kind", "tiny"], 300) / "models" / DEMO_DIR
 
 
 @pytest.fixture(scope="session")
 def real_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real demo model (SmolLM2-135M-Instruct from a package's GGUF file), imported once per
-    session by the real CLI: its MLX weights and the GGUF file beside them."""
-    home = tmp_path_factory.mktemp("real-home")
-    out = subprocess.run([sys.executable, "-m", "skulk.scripts.cli", "model", "demo", "--home", str(home)],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    return home / "models" / REAL_DIR
+    run by the real CLI: its MLX weights and the GGUF file beside them."""
+    return built_once(tmp_path_factory, "real-home", [], 600) / "models" / REAL_DIR
 
 
 @pytest.hookimpl(hookwrapper=True)
