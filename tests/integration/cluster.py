@@ -59,22 +59,32 @@ def converged(nodes: list[Node], count: int, same_idx: bool = False) -> dict[str
     return {"master": next(iter(masters)), "states": states}
 
 
-def place_and_wait(via, everyone, body) -> tuple[str, float]:
+def place_and_wait(via, everyone, body, timeout: float = 120) -> tuple[str, float, dict[str, Any]]:
+    """Place `body` and wait until every runner of the instance is ready: the instance's id, the
+    time it took and the instance. An instance that fails while it starts (a ring port another
+    process took meanwhile, on a busy machine) is re-created by the leader under a new id, which
+    its deletion note names (`replacedBy`): the wait follows it, and the id returned is the one
+    that serves."""
     t0 = time.monotonic()
     status, reply = http_json(f"{via.url}/place_instance", body)
     assert status == 200, reply
-    iid = reply["instance_id"]
+    current = [reply["instance_id"]]
 
     def ready():
         state = state_of(everyone[0]) or {}
-        inst = state.get("instances", {}).get(iid)
+        deleted = state.get("deletedInstances") or {}
+        while (successor := (deleted.get(current[0]) or {}).get("replacedBy")) and successor not in current:
+            current.insert(0, successor)
+        inst = state.get("instances", {}).get(current[0])
         if not inst:
             return None
         rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"]
         return all("RunnerReady" in state["runners"].get(r, {}) for r in rids) and inst
 
-    inst = wait_until(everyone[0], ready, 120, f"instance {body} ready")
-    return iid, time.monotonic() - t0, inst
+    inst = wait_until(everyone[0], ready, timeout, f"instance {body} ready")
+    if len(current) > 1:
+        print(f"placed {body}: re-created as {' <- '.join(current)} before it was ready")
+    return current[0], time.monotonic() - t0, inst
 
 
 ANSWER_MS = 5000

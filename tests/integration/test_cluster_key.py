@@ -8,7 +8,7 @@ import uuid
 
 from skulk.wire import curve
 from skulk.wire.cluster import EventBatch, SnapshotPush
-from tests.integration.cluster import FAST, ask_leader, converged, node_args, state_of
+from tests.integration.cluster import FAST, ask_leader, converged, node_args, place_and_wait, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json
@@ -28,16 +28,7 @@ def test_only_key_holders_join_read_or_command(nodes, demo_model, tmp_path):
     assert "secured with CurveZMQ" in (a.home / "logs" / "supervisor.log").read_text()
 
     # Serving crosses the secured sockets (the API's DEALER to a runner's ROUTER, master links).
-    status, placed = http_json(f"{a.url}/place_instance", {"model_id": MODEL, "sharding": "Pipeline",
-                                                           "min_nodes": 2})
-    assert status == 200, placed
-
-    def both_ranks_ready():
-        state = state_of(a) or {}
-        inst = state.get("instances", {}).get(placed["instance_id"])
-        rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"] if inst else {}
-        return rids and all("RunnerReady" in state["runners"].get(r, {}) for r in rids)
-    wait_until(a, both_ranks_ready, 120, "the Pipeline x2 instance ready")
+    place_and_wait(a, [a, b], {"model_id": MODEL, "sharding": "Pipeline", "min_nodes": 2})
     status, body = http_json(f"{b.url}/v1/chat/completions", {
         "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "over curve"}]})
     assert status == 200 and body["usage"]["completion_tokens"] >= 1

@@ -25,7 +25,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.integration.browser import browser  # noqa: F401 - the fixture
-from tests.integration.cluster import FAST, converged, name_of, node_args, state_of
+from tests.integration.cluster import FAST, converged, name_of, node_args, place_and_wait, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import Node, wait_until
 from tests.integration.serving import MODEL, http_json, sse_events
@@ -208,23 +208,13 @@ def test_the_dashboard_in_a_real_browser(pair, browser, tmp_path):  # noqa: F811
     assert all("status of 400" in line or "status of 503" in line for line in console), console
 
 
-def all_ready(node: Node, instance_id: str) -> bool:
-    state = state_of(node) or {}
-    inst = state.get("instances", {}).get(instance_id)
-    rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"] if inst else {}
-    return bool(rids) and all("RunnerReady" in state["runners"].get(r, {}) for r in rids)
-
-
 @pytest.mark.timeout(300)
 def test_a_frozen_rank_shows_as_stuck_in_the_timeline(nodes, demo_model, browser, tmp_path):  # noqa: F811
     """Rank 1 of a Pipeline x2 instance SIGSTOPped mid-stream: the page's timeline says that
     neither rank progresses (rank 0 waits for rank 1 inside the decode step)."""
     config = {**FAST, "heartbeat": {"liveness": 60}}  # the supervisor leaves the frozen runner be meanwhile
     a, b = start_pair(nodes, demo_model, config)
-    status, reply = http_json(f"{a.url}/place_instance", {"model_id": MODEL, "min_nodes": 2})
-    assert status == 200, reply
-    instance_id = reply["instance_id"]
-    wait_until(a, lambda: all_ready(a, instance_id), 180, "the instance ready")
+    instance_id, _, _ = place_and_wait(a, [a], {"model_id": MODEL, "min_nodes": 2}, timeout=180)
 
     page, console = open_page(browser)
     page.goto(f"{a.url}/")

@@ -22,7 +22,7 @@ from skulk.wire.commands import (
     RUNNER_LOST,
     SESSION_CHANGED,
 )
-from tests.integration.cluster import FAST, converged, node_args, state_of
+from tests.integration.cluster import FAST, converged, node_args, place_and_wait, state_of
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
@@ -273,9 +273,7 @@ def test_a_crashed_rank_stops_its_sibling_and_the_sharded_instance_is_recreated(
     a = nodes("a", config={**FAST, **NO_RESUME}, args=node_args(namespace, []), models={DEMO_DIR: demo_model})
     b = nodes("b", config={**FAST, **NO_RESUME}, args=node_args(namespace, [a]), models={DEMO_DIR: demo_model})
     wait_until(a, lambda: converged([a, b], 2), 30, "formation")
-    status, body = http_json(f"{a.url}/place_instance", {"model_id": MODEL, "min_nodes": 2, "sharding": "Pipeline"})
-    assert status == 200, body
-    iid = body["instance_id"]
+    iid, _, _ = place_and_wait(a, [a], {"model_id": MODEL, "min_nodes": 2, "sharding": "Pipeline"}, timeout=60)
 
     def ranks(state, instance_id):
         inst = state["instances"].get(instance_id)

@@ -12,10 +12,10 @@ import uuid
 import pytest
 import zmq
 
-from tests.integration.cluster import FAST, converged, node_args
+from tests.integration.cluster import FAST, converged, node_args, place_and_wait
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
-from tests.integration.serving import MODEL, http_json
+from tests.integration.serving import MODEL
 from tools.fuzz_checks import NodeProbe, problems
 from tools.fuzz_ports import (
     Target,
@@ -36,16 +36,8 @@ def test_a_sharded_instance_and_two_nodes_survive_bad_frames(nodes, demo_model):
     a = nodes("a", config=FAST, args=node_args(namespace, []), models={DEMO_DIR: demo_model})
     b = nodes("b", config=FAST, args=node_args(namespace, [a]), models={DEMO_DIR: demo_model})
     wait_until(a, lambda: converged([a, b], 2), 30, "formation")
-    status, placed = http_json(f"{a.url}/place_instance", {"model_id": MODEL, "min_nodes": 2})
-    assert status == 200, placed
-
-    def ready():
-        state = http_json(f"{a.url}/state")[1]
-        inst = state["instances"].get(placed["instance_id"])
-        rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"] if inst else {}
-        return len(rids) == 2 and all("RunnerReady" in state["runners"].get(r, {}) for r in rids)
-
-    wait_until(a, ready, 120, "the Pipeline instance over both nodes ready")
+    _, _, inst = place_and_wait(a, [a, b], {"model_id": MODEL, "min_nodes": 2})
+    assert len(next(iter(inst.values()))["shardAssignments"]["runnerToShard"]) == 2, inst
     controls = rank_controls(a.home)
     runners = {**runner_endpoints(a.home), **runner_endpoints(b.home)}
     assert len(controls) == 1 and runners, (controls, runners)

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.integration.cluster import FAST, converged, node_args
+from tests.integration.cluster import FAST, converged, node_args, place_and_wait
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.serving import MODEL, http_json, wait_model_ready
@@ -86,16 +86,7 @@ def test_a_pipeline_request_traced_end_to_end_read_on_a_third_node(nodes, demo_m
     c = nodes("c", config=FAST, args=node_args(namespace, [a]))
     wait_until(a, lambda: converged([a, b, c], 3), 30, "formation")
     c_id = http_json(f"{c.url}/node_id")[1]
-    status, placed = http_json(f"{a.url}/place_instance", {
-        "model_id": MODEL, "sharding": "Pipeline", "min_nodes": 2, "excluded_nodes": [c_id]})
-    assert status == 200, placed
-
-    def ready():
-        state = http_json(f"{a.url}/state")[1]
-        inst = state["instances"].get(placed["instance_id"])
-        rids = next(iter(inst.values()))["shardAssignments"]["runnerToShard"] if inst else {}
-        return rids and all("RunnerReady" in state["runners"].get(r, {}) for r in rids)
-    wait_until(a, ready, 120, "the pipeline instance ready")
+    place_and_wait(a, [a], {"model_id": MODEL, "sharding": "Pipeline", "min_nodes": 2, "excluded_nodes": [c_id]})
 
     assert http_json(f"{a.url}/v1/tracing", {"enabled": True}, method="PUT")[1] == {"enabled": True}
     assert wait_until(c, lambda: http_json(f"{c.url}/v1/tracing")[1]["enabled"], 10, "C sees the switch")
