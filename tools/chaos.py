@@ -69,16 +69,16 @@ MODEL = "skulk/demo-tiny"
 READY_TIMEOUT_S = 60.0
 PEER_TIMEOUT_S = 3.0
 AIM_S = 5.0
-"""The replicas mode's kill waits at most this long for a node running two streams of other
-nodes' APIs (a kill there cuts streams that must go on elsewhere)."""
+"""The replicas mode's kill waits at most this long for a stream of another node's API that
+started since the last read of the state (a kill there cuts streams that must go on elsewhere)."""
 REPLICA_ANSWERS = (100, 400)
+"""The replicas mode's answer lengths (tokens; the other faults' clients ask 16-160): a stream
+the kill is aimed at must still run when the kill lands, although the state it is aimed by lags
+and a busy machine is slow between that read and the kill (suite runs twice saw both streams of
+its target end in the 0.3 s between them, and the kill cut nothing: hence `FRESH_ANSWER`)."""
 FRESH_ANSWER = 200
 """The kill's aim: a stream asked for at least this many tokens that started since the last read
 of the state (0.2 s and a read ago) still runs when the kill lands."""
-"""The replicas mode's answer lengths (tokens; the other faults' clients ask 16-160): a stream
-the kill is aimed at must still run when the kill lands, although the state it is aimed by lags
-and a busy machine is slow between that read and the kill (a suite run once saw both streams of
-its target end in the 0.3 s between them, and the kill cut nothing)."""
 ORPHAN_WAIT_S = 10.0
 """How long a node's processes may outlive its root (they notice the parent's death at once
 through PR_SET_PDEATHSIG, or within a loop tick)."""
