@@ -20,11 +20,19 @@ import pytest
 from tests.integration import batch_clients as bc
 from tests.integration.patience import patience
 from tests.integration.real_model import PROMPTS, REAL, REAL_DIR
+from tests.integration.real_model_answers import (
+    COPY,
+    LOGPROB_TOL,
+    SCHEMA,
+    SCHEMA_ASK,
+    N,
+    ask,
+    plain_answer,
+    same_as_plain,
+)
 from tests.integration.serving import http_json, sse_events, wait_model_ready
 
-N = 24
 MLX = {"runner": {"engine": "mlx"}}
-LOGPROB_TOL = 2e-3
 
 
 RAW = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
@@ -51,35 +59,6 @@ def real_node(module_nodes, real_model):
     node = module_nodes(args=("--place", REAL), models={REAL_DIR: real_model}, config=MLX)
     wait_model_ready(node, timeout=180)
     return node
-
-
-def ask(prompt: str) -> dict[str, Any]:
-    return {**bc.body(prompt, N), "model": REAL}
-
-
-COPY = ("Repeat this list exactly, one item per line, and nothing else: apples, oranges, pears, plums, "
-        "cherries, grapes, lemons, limes, figs, dates, melons, peaches.")
-
-
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-          "required": ["city", "country"], "additionalProperties": False}
-SCHEMA_ASK = {**ask("What is the capital of France? Answer in JSON with the city and the country."), "max_tokens": 60,
-              "response_format": {"type": "json_schema", "json_schema": {"name": "capital", "schema": SCHEMA}}}
-
-
-_PLAIN: dict[tuple[int, str], dict[str, Any]] = {}
-
-
-def plain_answer(plain, body: dict[str, Any]) -> dict[str, Any]:
-    """The plain node's greedy answer to `body`, asked once per file (greedy answers repeat:
-    the speculation tests compare against the same few, and single-stream decode is the file's
-    cost)."""
-    key = (plain.api_port, json.dumps(body, sort_keys=True))
-    if key not in _PLAIN:
-        status, reply = bc.complete(plain.url, body)
-        assert status == 200, reply
-        _PLAIN[key] = reply
-    return _PLAIN[key]
 
 
 def test_the_import_is_the_trained_model(real_model):
@@ -306,43 +285,6 @@ def test_legacy_completions_of_a_raw_prompt_are_mlx_lms(real_node, references):
         assert reply["choices"][0]["text"] == ref["text"], (prompt, ref["text"], reply["choices"][0]["text"])
         assert reply["usage"]["completion_tokens"] == len(ref["tokens"])
         print(f"{prompt!r} -> {ref['text']!r}")
-
-
-SPECULATED = (0, 3, 6)  # of PROMPTS (the plain node answers all 8): decode is this file's cost
-
-
-def same_as_plain(node, plain, reference) -> tuple[int, int, dict[str, Any]]:
-    """Every greedy answer of `node` is the plain node's, token for token: alone (SPECULATED and a
-    copying answer, where drafts are kept), two at once (the batch leaves speculation and comes
-    back), with `max_tokens`, a stop string and a JSON schema. The drafts kept and thrown, in all,
-    and the node's reply to the copying request."""
-    kept = thrown = 0
-
-    def counted(reply):
-        nonlocal kept, thrown
-        details = reply["usage"]["completion_tokens_details"]
-        kept, thrown = kept + details["accepted_prediction_tokens"], thrown + details["rejected_prediction_tokens"]
-        return reply
-
-    for prompt, ref in ((PROMPTS[i], reference[i]) for i in SPECULATED):
-        status, reply = bc.complete(node.url, ask(prompt))
-        assert status == 200 and counted(reply)["choices"][0]["message"]["content"] == ref["text"], (prompt, reply)
-        want = [(tuple(t[0]), t[1]) for t in ref["tokens"]]
-        assert bc.compare(want, bc.tokens_of(reply), LOGPROB_TOL) == "", prompt
-    copy = {**ask(COPY), "max_tokens": 60}
-    schema = SCHEMA_ASK
-    replies = []
-    for body in (copy, {**copy, "max_tokens": 9}, {**copy, "stop": ["plums"]}, schema):
-        want, got = plain_answer(plain, body), counted(bc.complete(node.url, body)[1])
-        replies.append(got)
-        for key in ("finish_reason", "message"):
-            assert want["choices"][0][key] == got["choices"][0][key], (body, want, got)
-        assert want["usage"]["completion_tokens"] == got["usage"]["completion_tokens"], body
-        assert bc.compare(bc.tokens_of(want), bc.tokens_of(got), LOGPROB_TOL) == "", body
-    together = bc.all_at_once(node.url, [copy, ask(PROMPTS[1])])
-    want_copy = plain_answer(plain, copy)["choices"][0]["message"]["content"]
-    assert [r["choices"][0]["message"]["content"] for _, r in together] == [want_copy, reference[1]["text"]]
-    return kept, thrown, replies[0]
 
 
 @pytest.fixture(scope="module")
