@@ -53,12 +53,12 @@ from tools.chaos_checks import (
     cutting_target,
     judge,
     membership_problems,
+    mid_answer,
     missing_placements,
     pending_recreations,
     replica_errors,
     replica_placements,
     replica_problems,
-    running_tasks,
 )
 from tools.chaos_clients import Clients, Targets
 from tools.chaos_faults import NODE_LOSS, Kind, Plan, inject, plan_fault
@@ -69,16 +69,16 @@ MODEL = "skulk/demo-tiny"
 READY_TIMEOUT_S = 60.0
 PEER_TIMEOUT_S = 3.0
 AIM_S = 5.0
-"""The replicas mode's kill waits at most this long for a stream of another node's API that
-started since the last read of the state (a kill there cuts streams that must go on elsewhere)."""
+"""The replicas mode's kill waits at most this long for a stream of another node's API that is
+mid-answer (a kill there cuts streams that must go on elsewhere)."""
 REPLICA_ANSWERS = (100, 400)
 """The replicas mode's answer lengths (tokens; the other faults' clients ask 16-160): a stream
 the kill is aimed at must still run when the kill lands, although the state it is aimed by lags
-and a busy machine is slow between that read and the kill (suite runs twice saw both streams of
-its target end in the 0.3 s between them, and the kill cut nothing: hence `FRESH_ANSWER`)."""
-FRESH_ANSWER = 200
-"""The kill's aim: a stream asked for at least this many tokens that started since the last read
-of the state (0.2 s and a read ago) still runs when the kill lands."""
+and a busy machine is slow between that read and the kill."""
+AHEAD = 100
+"""The kill's aim: a stream whose client has had tokens and asked for at least this many more
+(suite runs saw a chosen node's streams all end in the 0.3 s between the read and the kill, and
+a stream that had just started cut before its runner admitted it: routed again, not resumed)."""
 ORPHAN_WAIT_S = 10.0
 """How long a node's processes may outlive its root (they notice the parent's death at once
 through PR_SET_PDEATHSIG, or within a loop tick)."""
@@ -199,27 +199,24 @@ class Soak:
 
     def replica_kill(self, runners: dict[str, list[str]], ids: dict[str | None, str]) -> Plan:
         """A serving node's whole tree, chosen where the kill cuts streams another node's API
-        holds: one that started since the last read of the state (its answer ahead of it, however
-        fast this machine ends one), waited for up to `AIM_S`; then one that ran at the last read;
-        at random where none runs."""
+        holds mid-answer (tokens sent, `AHEAD` or more to come: `mid_answer`), waited for up to
+        `AIM_S`; then where such streams run at all; at random where none runs."""
+        assert self.clients is not None
         serving = sorted(n for n, r in runners.items() if r)
         names = {i: n for i, n in ids.items() if i is not None}
         until = time.monotonic() + AIM_S
-        known: set[str] | None = None
-        fresh: tuple[str, int] | None = None
         while True:
             state = self.any_state()
-            fresh = None if known is None else cutting_target(state, names, serving, known, FRESH_ANSWER)
-            best = fresh or cutting_target(state, names, serving)
-            if fresh is not None or time.monotonic() >= until or self.stop.is_set():
+            aimed = cutting_target(state, names, serving, mid_answer(self.clients.snapshot(), AHEAD))
+            best = aimed or cutting_target(state, names, serving)
+            if aimed is not None or time.monotonic() >= until or self.stop.is_set():
                 break
-            known = running_tasks(state)
             self.stop.wait(0.2)  # the schedule: the next read of where streams run
         if best is None:
             self.log("  no stream of another node's API ran: a serving node at random")
             return Plan(Kind.KILL_NODE, self.rng.choice(serving))
         self.log(f"  {best[0]} runs {best[1]} stream(s) another node's API holds"
-                 f"{', started since the last look' if fresh is not None else ''}")
+                 f"{' mid-answer' if aimed is not None else ''}")
         return Plan(Kind.KILL_NODE, best[0])
 
     def any_state(self) -> dict[str, Any]:

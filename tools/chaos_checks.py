@@ -146,21 +146,19 @@ def replica_problems(state: dict[str, Any], model: str) -> list[str]:
 
 
 def cutting_target(state: dict[str, Any], names: dict[str, str], serving: list[str],
-                   known: Collection[str] = (), min_tokens: int = 0) -> tuple[str, int] | None:
+                   only: Collection[str] | None = None) -> tuple[str, int] | None:
     """The replicas mode's kill: of the `serving` node names, the one whose instance runs the
     most streams that another node's API holds (a kill there cuts streams that can go on
     elsewhere; the soak tests that promise, not only the killed API's own clients), and how many.
-    Only streams not in `known` (task ids an earlier read saw running) and asked for at least
-    `min_tokens` count: one that started since that read has its answer ahead of it. None when
-    no such stream runs now. `names`: node id -> name."""
+    With `only`, just the tasks of those command ids count (`mid_answer`). None when no such
+    stream runs now. `names`: node id -> name."""
     node_of = {iid: next(iter(shards(i)["nodeToRunner"]), None) for iid, i in state.get("instances", {}).items()}
     cut: dict[str, int] = {}
     for task in state.get("tasks", {}).values():
         t = next(iter(task.values()))
         where = names.get(node_of.get(t.get("instanceId"), "") or "")
-        asked = (t.get("taskParams") or {}).get("max_output_tokens") or 0
         if (t.get("taskStatus") == "Running" and where in serving and names.get(t.get("ownerNode", "")) != where
-                and t.get("taskId") not in known and asked >= min_tokens):
+                and (only is None or t.get("commandId") in only)):
             cut[where] = cut.get(where, 0) + 1
     if not cut:
         return None
@@ -168,10 +166,12 @@ def cutting_target(state: dict[str, Any], names: dict[str, str], serving: list[s
     return best, cut[best]
 
 
-def running_tasks(state: dict[str, Any]) -> set[str]:
-    """The ids of the tasks running in `state` (what the next read's `cutting_target` skips)."""
-    return {t["taskId"] for task in state.get("tasks", {}).values() for t in task.values()
-            if t.get("taskStatus") == "Running" and "taskId" in t}
+def mid_answer(records: list[RequestRecord], ahead: int) -> set[str]:
+    """The command ids of the streams a kill can cut mid-answer: their client has had tokens (the
+    runner admitted them: one cut before that is only routed again) and asked for at least `ahead`
+    more (they still run when the kill lands, however fast this machine is)."""
+    return {r.command_id for r in records
+            if r.command_id and r.ended is None and r.tokens > 0 and r.max_tokens - r.tokens >= ahead}
 
 
 def replica_placements(state: dict[str, Any], node_ids: list[str], model: str) -> list[dict[str, Any]]:
@@ -204,6 +204,7 @@ class RequestRecord:
     node: str
     started: float
     max_tokens: int
+    command_id: str = ""  # from its first chunk: the task's in the cluster state
     ended: float | None = None
     status: int = 0
     tokens: int = 0

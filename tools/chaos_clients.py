@@ -161,6 +161,7 @@ class Clients:
                     str(err.get("message"))
                 rec.in_stream, rec.error_at = True, time.monotonic()
                 continue
+            rec.command_id = rec.command_id or str(obj.get("id") or "")
             if obj.get("choices") and not obj["choices"][0].get("finish_reason"):
                 rec.tokens += 1
 

@@ -13,9 +13,9 @@ from tools.chaos_checks import (
     cutting_target,
     judge,
     membership_problems,
+    mid_answer,
     missing_placements,
     pending_recreations,
-    running_tasks,
 )
 from tools.chaos_faults import NODE_LOSS, Kind, plan_fault
 
@@ -163,19 +163,23 @@ def test_the_replicas_kill_goes_where_it_cuts_streams_another_nodes_api_holds():
     assert cutting_target({**on, "tasks": {}}, names, ["a", "b"]) is None
 
 
-def test_the_replicas_kill_aims_at_streams_that_started_since_the_last_look():
-    """A stream an earlier read saw may be ending when the kill lands; one started since has
-    its answer ahead of it (a short one, such as a probe's, does not count)."""
-    def task(tid: str, iid: str, asked: int = 300) -> dict:
-        return {"TextGeneration": {"taskId": tid, "instanceId": iid, "ownerNode": "ic", "taskStatus": "Running",
-                                   "taskParams": {"max_output_tokens": asked}}}
+def test_the_replicas_kill_aims_at_streams_mid_answer():
+    """A stream a kill is aimed at must have had tokens (one cut before its runner admitted it is
+    only routed again: nothing to go on with) and have enough ahead to still run when the kill
+    lands; its client's command id is its task's."""
+    def task(cid: str, iid: str) -> dict:
+        return {"TextGeneration": {"commandId": cid, "instanceId": iid, "ownerNode": "ic", "taskStatus": "Running"}}
+
+    def rec(cid: str, tokens: int, asked: int = 300, ended: float | None = None) -> RequestRecord:
+        return RequestRecord(client=0, node="c", started=0.0, max_tokens=asked, command_id=cid, tokens=tokens,
+                             ended=ended)
 
     names = {"ia": "a", "ib": "b", "ic": "c"}
     layout = {"x": instance("x", {"ia": "ra"}), "y": instance("y", {"ib": "rb"})}
-    before = {**state("ia", list(names), layout), "tasks": {"1": task("1", "x"), "2": task("2", "x")}}
-    after = {**before, "tasks": {**before["tasks"], "3": task("3", "y"), "4": task("4", "x", asked=2)}}
-    known = running_tasks(before)
-    assert known == {"1", "2"}
-    assert cutting_target(after, names, ["a", "b"]) == ("a", 3)  # the most streams, however old
-    assert cutting_target(after, names, ["a", "b"], known, 200) == ("b", 1)  # the one with its answer ahead
-    assert cutting_target(before, names, ["a", "b"], known, 200) is None  # nothing new since
+    on = {**state("ia", list(names), layout), "tasks": {"1": task("c1", "x"), "2": task("c2", "x"),
+                                                        "3": task("c3", "y")}}
+    records = [rec("c1", 0), rec("c2", 250), rec("c3", 40), rec("c4", 10, ended=1.0), rec("", 5)]
+    assert mid_answer(records, 100) == {"c3"}  # c1 not admitted yet, c2 nearly done, c4 over
+    assert cutting_target(on, names, ["a", "b"]) == ("a", 2)  # the most streams, wherever they stand
+    assert cutting_target(on, names, ["a", "b"], mid_answer(records, 100)) == ("b", 1)
+    assert cutting_target(on, names, ["a", "b"], set()) is None
