@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from tests.integration.patience import patience
@@ -33,8 +34,7 @@ def complete(url: str, payload: dict[str, Any], timeout: float | None = None) ->
 
 
 def all_at_once(url: str, payloads: list[dict[str, Any]], timeout: float | None = None) -> list[tuple[int, Any]]:
-    with ThreadPoolExecutor(len(payloads)) as pool:
-        return list(pool.map(lambda p: complete(url, p, timeout), payloads))
+    return at_once(*(partial(complete, url, p, timeout) for p in payloads))
 
 
 def at_once(*calls: Callable[[], Any]) -> list[Any]:
