@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from skulk.cluster.catalog import NodeCatalogUpdated, catalog_key
 from skulk.cluster.state import (
+    DeletionCauseFound,
     DeletionNote,
     IndexedEvent,
     InstanceCreated,
@@ -54,6 +55,8 @@ def _apply(state: State, event: object) -> State:
         return _note(state, event.instance_id, lambda n: replace(
             n, instance=None, cause="operator" if event.by_operator else "given_up",
             reason=f"{n.reason}; not re-created: {event.reason}"))
+    if isinstance(event, DeletionCauseFound):
+        return _note(state, event.instance_id, lambda n: replace(n, reason=event.reason, awaiting_cause=()))
     if isinstance(event, InstanceDeleted):
         inst = state.instances.get(event.instance_id)
         if inst is None:
@@ -63,7 +66,7 @@ def _apply(state: State, event: object) -> State:
         deleted = {**state.deleted, event.instance_id: DeletionNote(
             model_id=inst.model_id, reason=event.reason, when=event.when, cause=event.cause,
             recreate_at=event.recreate_at, instance=inst if event.recreate_at else None,
-            refused_engine=event.refused_engine)}
+            refused_engine=event.refused_engine, awaiting_cause=event.awaiting_cause)}
         return replace(state, instances=instances, runners=runners,
                        deleted=_trim(deleted))
     if isinstance(event, RunnerStatusUpdated):

@@ -210,6 +210,9 @@ class DeletionNote(Message):
     instance: Instance | None = None
     replaced_by: str = ""
     refused_engine: str = ""  # the engine that could not run the checkpoint: re-created without it
+    # A rank that lost its peer (`exitcodes.PEER_LOST`) reported first: the instance's other
+    # runners, whose own failure, reported later, is the cause the reason should name.
+    awaiting_cause: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,6 +253,7 @@ class InstanceDeleted(Message):
     cause: Cause = ""
     recreate_at: float = 0.0  # wall clock; non-zero: to be re-created then, by whoever leads
     refused_engine: str = ""  # the re-creation runs on another engine of the card than this one
+    awaiting_cause: tuple[str, ...] = ()  # the note's `awaiting_cause`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,6 +264,16 @@ class RecreationAbandoned(Message):
     instance_id: str
     reason: str
     by_operator: bool = False  # the operator deleted it while it waited: its note says `operator`
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletionCauseFound(Message):
+    """A runner the note awaited failed after its peer rank's report had deleted the instance:
+    the note's reason names this failure, the cause, from now on."""
+
+    TYPE: ClassVar[str] = "event.deletion_cause_found"
+    instance_id: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,10 +341,12 @@ class NodeGatheredInfo(Message):
     info: NodeInfo
 
 
-Event: TypeAlias = (InstanceCreated | InstanceDeleted | RecreationAbandoned | RunnerStatusUpdated | TaskCreated
+Event: TypeAlias = (InstanceCreated | InstanceDeleted | RecreationAbandoned | DeletionCauseFound
+                    | RunnerStatusUpdated | TaskCreated
                     | TaskStatusUpdated | TaskFailed | TaskDeleted | NodeGatheredInfo | NodeTimedOut | NodeRestarting
                     | ConfigChanged | NodeDownloadUpdated | StagingPurged | NodeCatalogUpdated | TracingSet)
-EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, RunnerStatusUpdated, TaskCreated,
+EVENT_TYPES = (InstanceCreated, InstanceDeleted, RecreationAbandoned, DeletionCauseFound, RunnerStatusUpdated,
+               TaskCreated,
                TaskStatusUpdated, TaskFailed, TaskDeleted, NodeGatheredInfo, NodeTimedOut, NodeRestarting,
                ConfigChanged, NodeDownloadUpdated, StagingPurged, NodeCatalogUpdated, TracingSet)
 

@@ -18,6 +18,10 @@ ENGINE_REFUSED = 88
 """A runner's engine cannot run its checkpoint here (llama.cpp lacks the architecture or tensor
 type, a damaged file, a context it cannot make): not restarted; the leader places the instance
 again on another engine the checkpoint has, or gives it up with the reason."""
+PEER_LOST = 89
+"""A rank of a sharded instance stopped because a peer rank it works in lock-step with is gone:
+not a cause of its own. The leader re-creates the instance as for any crash, and names the
+peer's own failure as the cause once that is reported too."""
 ESCALATED = 70
 """The root's restart budget was exhausted; everything was stopped (EX_SOFTWARE)."""
 CONFIG_ERROR = 78
@@ -27,7 +31,8 @@ _NAMES = {CLEAN: "clean", CRASHED: "crashed", BOOT_FAILURE: "boot failure",
           ESCALATED: "escalated", CONFIG_ERROR: "config error",
           WEDGED: "warmup deadline overrun, GPU may be wedged",
           GROUP_CONNECT_FAILED: "distributed group connect deadline overrun",
-          ENGINE_REFUSED: "the engine cannot run this checkpoint"}
+          ENGINE_REFUSED: "the engine cannot run this checkpoint",
+          PEER_LOST: "a peer rank is gone"}
 NEVER_RESTART = frozenset({WEDGED, GROUP_CONNECT_FAILED, ENGINE_REFUSED})
 
 

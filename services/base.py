@@ -114,7 +114,10 @@ Handler = Callable[[Any], None]
 class PeerLost(RuntimeError):
     """An expected way for a service to end that no traceback explains: a peer it works in
     lock-step with is gone or disagrees (a rank of a sharded instance). Logged as one line; the
-    process exits CRASHED so its supervisor and the cluster react as to any crash."""
+    process exits with `exit_code` so its supervisor and the cluster react as to any crash
+    (`exitcodes.PEER_LOST` where the peer is gone: the peer's own failure is the cause)."""
+
+    exit_code: int = exitcodes.CRASHED
 
 
 class BootRefused(RuntimeError):
@@ -284,7 +287,7 @@ def run_service(role: str, setup: Callable[[ServiceLoop, list[str]], None]) -> N
     except PeerLost as exc:
         log.error("%s stopped: %s", args.child_id, exc)
         last_words.leave(args.run_dir, str(exc))
-        code = exitcodes.CRASHED
+        code = exc.exit_code
     except Exception as exc:
         log.exception("%s crashed", args.child_id)
         last_words.leave(args.run_dir, f"{type(exc).__name__}: {exc}")

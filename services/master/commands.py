@@ -64,7 +64,8 @@ def _open_tasks(state: State, instance_ids: set[str]) -> list[Task]:
 
 
 def delete_events(state: State, instance_id: str, reason: str, when: float, cause: Cause,
-                  recreate_at: float = 0.0, refused_engine: str = "") -> list[Event]:
+                  recreate_at: float = 0.0, refused_engine: str = "",
+                  awaiting_cause: tuple[str, ...] = ()) -> list[Event]:
     """End the instance's open tasks, then delete it: an operator's delete cancels them; a
     failed runner fails them with upstream's runner-shutdown message (their API threads have
     usually ended the streams already; the events are the record)."""
@@ -76,7 +77,8 @@ def delete_events(state: State, instance_id: str, reason: str, when: float, caus
                            error_message=RUNNER_LOST.format(detail=reason))
                 for t in _open_tasks(state, {instance_id})]
     return [*ends, InstanceDeleted(instance_id=instance_id, reason=reason, when=when, cause=cause,
-                                   recreate_at=recreate_at, refused_engine=refused_engine)]
+                                   recreate_at=recreate_at, refused_engine=refused_engine,
+                                   awaiting_cause=awaiting_cause)]
 
 
 def node_lost_events(state: State, node_id: str, when: float, replace_after_s: float = 0.0) -> list[Event]:

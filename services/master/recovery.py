@@ -10,7 +10,10 @@ on another engine), or the instance is in a crash loop (`limit` failures within 
 count of the ones it replaces, read from the replicated deletion notes, so a new leader counts
 exactly as the old one did. A pending re-creation lives in the replicated deletion note
 (`recreate_at`, the instance), not in the leader's memory: whoever leads when it falls due makes
-it (`next_recreation`), so a failover during the back-off does not lose it."""
+it (`next_recreation`), so a failover during the back-off does not lose it. A rank that stopped
+because its peer rank was gone (`exitcodes.PEER_LOST`) may be reported before the peer itself:
+the instance is deleted at once all the same, and the peer's report, when it comes, becomes the
+note's reason (`cause_found`), so an operator reads the cause, not its echo."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from skulk.cluster.placement import PlacementError, place
 from skulk.cluster.state import (
+    DeletionCauseFound,
     DeletionNote,
     Event,
     Instance,
@@ -125,7 +129,7 @@ def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float
         return []
     inst = next((i for i in state.instances.values() if runner_id in i.runner_to_shard), None)
     if inst is None:
-        return []
+        return cause_found(state, runner_id, failed)
     decided = verdict(failed, lineage_failures(state, inst.instance_id), now, policy,
                       inst.engine, inst.card.engines)
     if isinstance(decided, GiveUp):
@@ -138,8 +142,25 @@ def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float
                              refused_engine=decided.refused)
     reason = f"runner {runner_id} failed ({failed.error_message}); re-creating in {decided.delay_s:.1f}s"
     log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
+    awaiting = (tuple(sorted(r for r in inst.runner_to_shard if r != runner_id))
+                if failed.exit_code == exitcodes.PEER_LOST else ())
     return delete_events(state, inst.instance_id, reason, now, "runner_failed",
-                         recreate_at=now + decided.delay_s)
+                         recreate_at=now + decided.delay_s, awaiting_cause=awaiting)
+
+
+def cause_found(state: State, runner_id: str, failed: RunnerStatus) -> list[Event]:
+    """A runner of an instance already deleted because its peer rank lost it: its own failure is
+    the cause, and the deletion note says so, followed by what the peer reported (the back-off,
+    counted once, is unchanged). A runner that lost its peer too adds nothing."""
+    if failed.exit_code == exitcodes.PEER_LOST:
+        return []
+    found = next((i for i, note in state.deleted.items() if runner_id in note.awaiting_cause), None)
+    if found is None:
+        return []
+    reason = f"runner {runner_id} failed ({failed.error_message}); its peer rank reported first: " \
+             f"{state.deleted[found].reason}"
+    log.warning("instance %s: the cause: %s", found, reason)
+    return [DeletionCauseFound(instance_id=found, reason=reason)]
 
 
 def next_recreation(state: State, now: float, new_id: Callable[[], str],

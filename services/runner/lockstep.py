@@ -16,6 +16,7 @@ from typing import Any
 
 import zmq
 
+from skulk.node import exitcodes
 from skulk.services.base import PeerLost
 from skulk.wire import codec, curve
 from skulk.wire.errors import UnexpectedMessage, WireError
@@ -33,6 +34,8 @@ REFUSALS = Refusals("runner: rank control port", logging.getLogger("skulk.runner
 
 class FollowerUnreachable(PeerLost):
     """Rank 0 could not hand a step to a follower (its process or its link is gone)."""
+
+    exit_code = exitcodes.PEER_LOST
 
 
 class Leader:

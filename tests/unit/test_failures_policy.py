@@ -245,6 +245,31 @@ def test_a_lost_ring_takes_the_next_narrower_width_that_fits_on_the_nodes_that_r
     assert isinstance(abandoned, RecreationAbandoned)
 
 
+def test_a_rank_that_lost_its_peer_deletes_at_once_and_the_peers_later_report_names_the_cause():
+    two = run(base(), [NodeGatheredInfo(info=node("n2"))])
+    state = run(two, handle(two, PlaceInstance(command_id="c1", card=CARD, min_nodes=2), ids(), 0.0).events)
+    ((iid, inst),) = state.instances.items()
+    rank0, rank1 = sorted(inst.runner_to_shard, key=lambda r: inst.runner_to_shard[r].device_rank)
+    echo = failed("Terminated (exit code 89 (a peer rank is gone): rank step 8 could not reach rank1)",
+                  exitcodes.PEER_LOST)
+    killed = failed("Terminated (signal 9 (SIGKILL))", -9)
+    gone = run(state, runner_failed(state, rank0, echo, 100.0, POLICY))  # the echo came first
+    note = gone.deleted[iid]
+    assert gone.instances == {} and note.awaiting_cause == (rank1,) and note.recreate_at == 100.5
+    assert decode(encode(gone)) == gone
+    assert runner_failed(gone, rank0, echo, 100.1, POLICY) == []  # the echo again: nothing
+    (found,) = runner_failed(gone, rank1, killed, 100.1, POLICY)
+    traced = run(gone, [found]).deleted[iid]
+    assert traced.reason.startswith(f"runner {rank1} failed (Terminated (signal 9 (SIGKILL))); its peer rank")
+    assert traced.reason.endswith(note.reason) and "re-creating in 0.5s" in traced.reason
+    assert (traced.awaiting_cause, traced.recreate_at, traced.instance) == ((), 100.5, inst)  # counted once
+    assert runner_failed(run(gone, [found]), rank1, killed, 100.2, POLICY) == []
+    first = run(state, runner_failed(state, rank1, killed, 100.0, POLICY))  # the cause came first
+    assert first.deleted[iid].awaiting_cause == () and runner_failed(first, rank0, echo, 100.1, POLICY) == []
+    both_echo = runner_failed(gone, rank1, replace(echo, error_message="out of step"), 100.1, POLICY)
+    assert both_echo == []  # a second echo is no cause: the note stays as it is
+
+
 def test_a_node_restarting_in_place_is_kept_with_its_instances_until_its_grace_ends():
     state, iid, _ = placed()
     here = {"n1": MEMBER}
