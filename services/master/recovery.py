@@ -129,12 +129,14 @@ def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float
         return []
     inst = next((i for i in state.instances.values() if runner_id in i.runner_to_shard), None)
     if inst is None:
-        return cause_found(state, runner_id, failed)
+        return cause_found(state, runner_id, failed, policy)
     decided = verdict(failed, lineage_failures(state, inst.instance_id), now, policy,
                       inst.engine, inst.card.engines)
+    awaiting = (tuple(sorted(r for r in inst.runner_to_shard if r != runner_id))
+                if failed.exit_code == exitcodes.PEER_LOST else ())
     if isinstance(decided, GiveUp):
         log.error("deleting instance %s (%s): %s", inst.instance_id, inst.model_id, decided.reason)
-        return delete_events(state, inst.instance_id, decided.reason, now, "given_up")
+        return delete_events(state, inst.instance_id, decided.reason, now, "given_up", awaiting_cause=awaiting)
     if isinstance(decided, OtherEngine):
         reason = f"runner {runner_id} failed ({failed.error_message}); placing it again without {decided.refused}"
         log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
@@ -142,25 +144,31 @@ def runner_failed(state: State, runner_id: str, failed: RunnerStatus, now: float
                              refused_engine=decided.refused)
     reason = f"runner {runner_id} failed ({failed.error_message}); re-creating in {decided.delay_s:.1f}s"
     log.warning("instance %s (%s): %s", inst.instance_id, inst.model_id, reason)
-    awaiting = (tuple(sorted(r for r in inst.runner_to_shard if r != runner_id))
-                if failed.exit_code == exitcodes.PEER_LOST else ())
     return delete_events(state, inst.instance_id, reason, now, "runner_failed",
                          recreate_at=now + decided.delay_s, awaiting_cause=awaiting)
 
 
-def cause_found(state: State, runner_id: str, failed: RunnerStatus) -> list[Event]:
+def cause_found(state: State, runner_id: str, failed: RunnerStatus, policy: RecoveryPolicy) -> list[Event]:
     """A runner of an instance already deleted because its peer rank lost it: its own failure is
     the cause, and the deletion note says so, followed by what the peer reported (the back-off,
-    counted once, is unchanged). A runner that lost its peer too adds nothing."""
+    counted once, is unchanged). The cause's verdict stands: a pending re-creation the cause
+    rules out (a wedge) is abandoned with its reason. A runner that lost its peer too adds nothing."""
     if failed.exit_code == exitcodes.PEER_LOST:
         return []
     found = next((i for i, note in state.deleted.items() if runner_id in note.awaiting_cause), None)
     if found is None:
         return []
-    reason = f"runner {runner_id} failed ({failed.error_message}); its peer rank reported first: " \
-             f"{state.deleted[found].reason}"
+    note = state.deleted[found]
+    reason = f"runner {runner_id} failed ({failed.error_message}); its peer rank reported first: {note.reason}"
     log.warning("instance %s: the cause: %s", found, reason)
-    return [DeletionCauseFound(instance_id=found, reason=reason)]
+    events: list[Event] = [DeletionCauseFound(instance_id=found, reason=reason)]
+    if note.instance is not None:
+        decided = verdict(failed, lineage_failures(state, found), note.when, policy,
+                          note.instance.engine, note.instance.card.engines)
+        if isinstance(decided, GiveUp):
+            log.error("not re-creating instance %s (%s): %s", found, note.model_id, decided.reason)
+            events.append(RecreationAbandoned(instance_id=found, reason=decided.reason))
+    return events
 
 
 def next_recreation(state: State, now: float, new_id: Callable[[], str],

@@ -268,6 +268,12 @@ def test_a_rank_that_lost_its_peer_deletes_at_once_and_the_peers_later_report_na
     assert first.deleted[iid].awaiting_cause == () and runner_failed(first, rank0, echo, 100.1, POLICY) == []
     both_echo = runner_failed(gone, rank1, replace(echo, error_message="out of step"), 100.1, POLICY)
     assert both_echo == []  # a second echo is no cause: the note stays as it is
+    wedged = failed("Terminated (exit code 86 (warmup deadline overrun, GPU may be wedged))", exitcodes.WEDGED)
+    after_wedge = run(gone, runner_failed(gone, rank1, wedged, 100.1, POLICY))
+    ruled_out = after_wedge.deleted[iid]
+    assert (ruled_out.cause, ruled_out.instance) == ("given_up", None)  # the cause's verdict: never retried
+    assert ruled_out.reason.startswith(f"runner {rank1} failed (Terminated (exit code 86")
+    assert "not retried" in ruled_out.reason and next_recreation(after_wedge, 101.0, ids(), POLICY) == []
 
 
 def test_a_node_restarting_in_place_is_kept_with_its_instances_until_its_grace_ends():
