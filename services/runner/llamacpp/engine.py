@@ -18,6 +18,7 @@ fp32 copy); where llama.cpp was built with a GPU backend every layer is offloade
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ import numpy as np
 
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import warmup
+from skulk.services.runner.core_share import CoreShare
 from skulk.services.runner.engine import (
     Detokenizer,
     OutputFormat,
@@ -95,6 +97,9 @@ class LlamaCppEngine:
         self.model_dir, self.max_batch, self.prefill_chunk = model_dir, max_batch, prefill_chunk
         self.prefix_cache_bytes, self.kv_tokens = prefix_cache_bytes, kv_tokens
         self.n_threads = n_threads or threads()
+        # every core while this runner steps alone, a share while others step too (core_share.py)
+        self.share: CoreShare | None = CoreShare(threads(), n_threads)
+        self.stepping_threads = self.n_threads
         self.path = "llama.cpp"
         self.model_context = 0
         self.max_token_bytes = 1
@@ -123,7 +128,10 @@ class LlamaCppEngine:
                 self._load_llama(llama_cpp, gguf, gpu)
                 self.tokenizer = tokenizer.result()  # the chat template and output markers
         size = int(llama_cpp.llama_model_size(self.model))
-        self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads, "
+        if gpu:
+            self.share = None  # the GPU computes; the threads only feed it
+        shared = ", shared with the runners stepping at once on this machine" if self.share else ""
+        self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads{shared}, "
                      f"{size / 2**20:.0f} MiB weights, KV {self.kv_tokens} tokens")
 
     def _load_llama(self, llama_cpp: Any, gguf: Path, gpu: bool) -> None:
@@ -247,6 +255,11 @@ class LlamaCppEngine:
             row = self.rows.pop(uid, None)
             if row is not None:
                 self._free([row.seq])
+        self._maybe_idle()
+
+    def _maybe_idle(self) -> None:
+        if not self.rows and self.share is not None:
+            self.share.idle()
 
     def step(self) -> StepOutput:
         if not self.rows:
@@ -280,6 +293,10 @@ class LlamaCppEngine:
 
     def decode(self) -> None:
         """`llama_decode` of the batch, making room in the KV cache from the prefix cache."""
+        if self.share is not None and (n := self.share.busy(time.monotonic())) != self.stepping_threads:
+            self.lib.llama_set_n_threads(self.ctx, n, n)
+            log.debug("stepping with %d threads (%d runners stepping on this machine)", n, self.share.busy_runners)
+            self.stepping_threads = n
         while (rc := self.lib.llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
             self._free(self.prefix.trim(len(self.prefix) // 2))  # no room in the KV cache: let the cache go
         if rc != 0:
@@ -309,6 +326,7 @@ class LlamaCppEngine:
         del self.rows[row.uid]
         held = row.prompt + row.output[:-1]  # the last token was never run
         self._free(self.prefix.add(row.seq, held))
+        self._maybe_idle()
 
     def active(self) -> int:
         return len(self.rows)
