@@ -3,7 +3,7 @@
 llama.cpp gives a step one thread per core, and its threads spin at every barrier inside the step:
 two runners of one machine stepping at once (two models on a node, or two nodes on one machine),
 each with a thread per core, take turns so badly that on a 2-core machine four streams over two
-instances ran at 1-35 tok/s instead of 60-75 with one thread each (docs/engines.md). So a runner
+instances ran at 6-35 tok/s instead of 55-75 with one thread each (docs/engines.md). So a runner
 uses every core while it is the only one stepping, and an even share while others step too.
 
 Runners learn of each other without a service: each holds an exclusive `flock` on a file of its
