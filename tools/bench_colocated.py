@@ -15,26 +15,20 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from skulk.scripts.http_client import request
+from skulk.scripts.http_client import request, wait_for_state
 from tools.bench_nodes import BenchNode
 
 PROMPTS = ["Tell me about the sea.", "Write a short poem about trees.", "How do bicycles work?",
            "Describe a busy market in the morning."]
 
 
-def ready_runners(node: BenchNode) -> int:
-    state = node.state() or {}
-    return sum("RunnerReady" in r for r in state.get("runners", {}).values())
-
-
-def wait(check, timeout_s: float, what: str) -> None:
-    end = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
+def runners_ready(count: int) -> Callable[[dict[str, Any]], bool]:
+    """A state check: exactly `count` runners are ready."""
+    return lambda state: sum("RunnerReady" in r for r in state.get("runners", {}).values()) == count
 
 
 def aggregate(node: BenchNode, model: str, streams: int, tokens: int) -> float:
@@ -65,7 +59,7 @@ def run(model_dir: Path, model: str, threads: int, tokens: int) -> dict[str, flo
             out = {}
             for instances in (1, 2):
                 request(f"{node.url}/place_instance", {"model_id": model}, timeout=60)
-                wait(lambda n=instances: ready_runners(node) == n, 300, f"{instances} ready runner(s)")
+                wait_for_state(node.url, runners_ready(instances), 300)
                 aggregate(node, model, 1, 8)  # warm
                 out["1 stream, 1 instance" if instances == 1 else "1 stream, the other idle"] = \
                     aggregate(node, model, 1, tokens)

@@ -24,6 +24,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import psutil
+
 log = logging.getLogger("skulk.runner")
 
 CHECK_S = 0.25
@@ -130,12 +132,5 @@ class CoreShare:
 
 def _alive(name: str) -> bool:
     """Whether the process that made lock file `name` (`<pid>-<token>.lock`) still runs."""
-    try:
-        os.kill(int(name.split("-", 1)[0]), 0)
-    except ValueError:
-        return False
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    pid = name.split("-", 1)[0]
+    return pid.isdigit() and psutil.pid_exists(int(pid))

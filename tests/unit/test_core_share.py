@@ -36,13 +36,13 @@ def test_a_runner_steps_on_every_core_alone_and_on_its_share_while_another_steps
 def test_a_killed_runner_gives_its_share_back_and_its_file_goes(tmp_path):
     """Another process holds its lock as a busy runner does; SIGKILL frees it at once."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\n"
+        "import sys\n"
         "from pathlib import Path\n"
         "from skulk.services.runner.core_share import CoreShare\n"
         f"s = CoreShare(2, directory=Path({str(tmp_path)!r}))\n"
         "s.busy(0.0)\n"
         "print('busy', flush=True)\n"
-        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+        "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # busy until killed
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "busy"
         mine = CoreShare(2, directory=tmp_path)
