@@ -253,3 +253,28 @@ def test_a_bert_gguf_tokenizes_and_embeds_as_llama_cpp(serving, bert_models):
     assert got.usage.prompt_tokens == sum(n for t, n in zip(WORDPIECE_TEXTS, counts[BERT]) if t)
     status, err = http_json(f"{serving.url}/v1/embeddings", {"model": BERT, "input": "hello " * 600})
     assert status == 400 and "takes at most 512" in err["error"]["message"], err  # BERT's own context
+
+
+def test_an_embedding_runner_embeds_on_its_share_of_the_cores_while_another_runner_steps(gguf_embed_model, tmp_path):
+    """The llama.cpp embedding engine takes its share of the machine's cores for a group while
+    another runner steps (`core_share.py`), gives them back when the group is done, and its vectors
+    do not depend on its threads (beyond float rounding)."""
+    from skulk.services.runner.core_share import CoreShare
+    from skulk.services.runner.llamacpp.embed import LlamaEmbedEngine
+
+    engine = LlamaEmbedEngine(gguf_embed_model, n_threads=4)
+    engine.share = CoreShare(4, 4, directory=tmp_path)  # as on a 4-core machine, the runner's threads its most
+    engine.load()
+    assert "shared with the runners stepping at once" in engine.path
+    other = CoreShare(4, directory=tmp_path)  # another runner, stepping
+    assert other.busy(0.0) == 4
+    prompts = [engine.encode(t) for t in TEXTS]
+    beside = engine.embed(prompts, 0)
+    assert engine.stepping_threads == 2
+    assert other.busy(10.0) == 4  # the group done, the embedding runner no longer counts as busy
+    other.idle()
+    alone = engine.embed(prompts, 0)
+    assert engine.stepping_threads == 4
+    for a, b in zip(beside, alone, strict=True):
+        va, vb = struct.unpack(f"<{len(a) // 4}f", a), struct.unpack(f"<{len(b) // 4}f", b)
+        assert max(abs(x - y) for x, y in zip(va, vb)) < 1e-4

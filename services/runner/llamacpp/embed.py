@@ -11,12 +11,14 @@ llama.cpp gives for the text on the same file (up to float rounding of a differe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from skulk.services.runner.core_share import CoreShare
 from skulk.services.runner.embed_engine import INPUTS_PER_STEP, Pooling, pooling_of, to_bytes
 from skulk.services.runner.llamacpp.batch import Batch
 from skulk.services.runner.llamacpp.model_file import LlamaLoadError, gguf_of, load_model, threads
@@ -43,6 +45,9 @@ class LlamaEmbedEngine:
     def __init__(self, model_dir: Path, n_threads: int = 0) -> None:
         self.model_dir = model_dir
         self.n_threads = n_threads or threads()
+        # every core while this runner embeds alone, a share while others step too (core_share.py)
+        self.share: CoreShare | None = CoreShare(threads(), n_threads)
+        self.stepping_threads = self.n_threads
         self.pooling = pooling_of(model_dir)
         self.path = "llama.cpp"
         self.model_context = 0
@@ -75,8 +80,11 @@ class LlamaEmbedEngine:
         self.model_context = context  # (llama.cpp's own n_ctx is padded to a multiple of 256)
         self.width = int(llama_cpp.llama_model_n_embd(self.model))
         self.batch = Batch(self.model_context)
+        if gpu:
+            self.share = None  # the GPU computes; the threads only feed it
+        shared = ", shared with the runners stepping at once on this machine" if self.share else ""
         size = int(llama_cpp.llama_model_size(self.model))
-        self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads, {size / 2**20:.0f} MiB "
+        self.path = (f"llama.cpp {'GPU' if gpu else 'CPU'} {self.n_threads} threads{shared}, {size / 2**20:.0f} MiB "
                      f"weights, {self.pooling} pooling")
 
     def warmup(self) -> None:
@@ -97,7 +105,13 @@ class LlamaEmbedEngine:
         self.batch.clear()
         for seq, prompt in enumerate(prompts):  # every token an output: pooling reads them all
             self.batch.add(list(prompt), 0, seq, True, want_all=True)
-        if (rc := lib.llama_decode(self.ctx, self.batch.ready())) != 0:
+        try:
+            self._take_share()
+            rc = lib.llama_decode(self.ctx, self.batch.ready())
+        finally:
+            if self.share is not None:
+                self.share.idle()  # a group is one decode: between groups the cores are the others'
+        if rc != 0:
             raise RuntimeError(f"llama_decode of {len(prompts)} inputs failed ({rc})")
         out = []
         for seq in range(len(prompts)):
@@ -106,6 +120,11 @@ class LlamaEmbedEngine:
                 raise RuntimeError(f"llama.cpp gave no pooled embedding for input {seq}")
             out.append(to_bytes(unit(np.ctypeslib.as_array(pointer, shape=(self.width,)), dimensions)))
         return out
+
+    def _take_share(self) -> None:
+        if self.share is not None and (n := self.share.busy(time.monotonic())) != self.stepping_threads:
+            self.lib.llama_set_n_threads(self.ctx, n, n)
+            self.stepping_threads = n
 
 
 def context_for(trained: int, vocab: int) -> int:
