@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from skulk.cluster.engines import LLAMA_KV_TOKENS
 from skulk.node import api_keys, model_store
 from skulk.node.api_keys import ApiKey
 from skulk.node.config_values import ConfigError, typed
@@ -30,6 +31,9 @@ __all__ = ["Budget", "ConfigError", "ModelStoreConfig", "NodeConfig", "default_h
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 """A node name: what a host name may hold (it defaults to the host name)."""
 
+
+MIN_KV_TOKENS = 256
+"""The smallest `runner.kv_tokens`: llama.cpp sizes its cache in steps of 256 tokens."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resume:
@@ -90,6 +94,7 @@ class NodeConfig:
     quantized: str = "auto"  # a quantized model on a GPU: auto (the faster of it and bf16) | keep | dequantize
     engine: str = "auto"  # the engines this node's runners may use: auto (every one installed) | mlx | llama_cpp
     threads: int = 0  # llama.cpp's compute threads per runner (0: one per core it may run on)
+    kv_tokens: int = 0  # llama.cpp's KV cache per runner, all rows together (0: 16,384, what placement counts)
     accel: str = ""  # SKULK_ACCEL=cpu|cuda: the accelerator forced ("": mlx's choice); given to gossip and runners
     spec_mode: str = ""  # speculative decoding: off | prompt_lookup | drafter ("": as the model's card says)
     spec_drafter: str = ""  # drafter mode: the drafter's model id ("": the one the model's card names)
@@ -149,7 +154,8 @@ _YAML: dict[str, dict[str, tuple[str, type]]] = {
                "recreate_backoff_s": ("recreate_backoff_s", float),
                "max_batch": ("max_batch", int), "queue_max": ("queue_max", int),
                "prefill_chunk": ("prefill_chunk", int), "prefix_cache_mb": ("prefix_cache_mb", int),
-               "quantized": ("quantized", str), "engine": ("engine", str), "threads": ("threads", int)},
+               "quantized": ("quantized", str), "engine": ("engine", str), "threads": ("threads", int),
+               "kv_tokens": ("kv_tokens", int)},
     "placement": {"replace_lost": ("replace_lost", bool), "replace_lost_after_s": ("replace_lost_after_s", float)},
     "speculative": {"mode": ("spec_mode", str), "num_draft_tokens": ("spec_draft_tokens", int),
                     "max_streams": ("spec_max_streams", int), "drafter": ("spec_drafter", str)},
@@ -354,6 +360,9 @@ def _check(cfg: NodeConfig) -> None:
         raise ConfigError(f"runner.quantized must be auto, keep or dequantize, not {cfg.quantized!r}")
     if not 0 <= cfg.threads <= 1024:
         raise ConfigError("runner.threads must be in 0..1024 (0: one per core)")
+    if cfg.kv_tokens and not MIN_KV_TOKENS <= cfg.kv_tokens <= LLAMA_KV_TOKENS:
+        raise ConfigError(f"runner.kv_tokens must be 0 (the default, {LLAMA_KV_TOKENS}) or in "
+                          f"{MIN_KV_TOKENS}..{LLAMA_KV_TOKENS}: placement counts {LLAMA_KV_TOKENS} for it")
     if cfg.engine not in ("auto", "mlx", "llama_cpp"):
         raise ConfigError(f"runner.engine must be auto, mlx or llama_cpp, not {cfg.engine!r}")
     if cfg.spec_mode not in ("", "off", "prompt_lookup", "drafter"):

@@ -165,6 +165,7 @@ class RunnerSettings(Argv):
     spec_max_streams: int = 1
     spec_drafter: str = ""
     threads: int = 0  # llama.cpp's compute threads (0: one per core)
+    kv_tokens: int = 0  # llama.cpp's KV cache for all rows (0: the engine's default)
     accel: str = ""  # SKULK_ACCEL: the accelerator forced (`wire/accelerator.py`)
 
 

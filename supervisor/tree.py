@@ -99,7 +99,8 @@ def runner_settings(cfg: NodeConfig) -> RunnerSettings:
                           max_batch=cfg.max_batch, queue_max=cfg.queue_max, prefill_chunk=cfg.prefill_chunk,
                           prefix_cache_mb=cfg.prefix_cache_mb, quantized=cfg.quantized, spec_mode=cfg.spec_mode,
                           spec_draft_tokens=cfg.spec_draft_tokens, spec_max_streams=cfg.spec_max_streams,
-                          spec_drafter=cfg.spec_drafter, threads=cfg.threads, accel=cfg.accel)
+                          spec_drafter=cfg.spec_drafter, threads=cfg.threads, kv_tokens=cfg.kv_tokens,
+                          accel=cfg.accel)
 
 
 def log_settings(cfg: NodeConfig) -> LogSettings:

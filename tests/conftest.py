@@ -17,6 +17,8 @@ order costs time, never a result.
 from __future__ import annotations
 
 import os
+import signal
+from types import FrameType
 
 import pytest
 
@@ -27,6 +29,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # ... and one llama.cpp thread per runner (and per reference): its threads spin at every
     # step's barrier, so two of them beside another file's work burn both cores for one's work.
     os.environ.setdefault("SKULK_RUNNER_THREADS", "1")
+
+
+
+def _interrupted(signum: int, _frame: FrameType | None) -> None:
+    """A SIGTERM (a CI job's time limit, `timeout`) stops the run as Ctrl-C does, so the fixtures
+    are torn down and the nodes the tests started are killed instead of left running."""
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+signal.signal(signal.SIGTERM, _interrupted)
 
 SLOWEST_FIRST = (
     "integration/test_real_model.py",

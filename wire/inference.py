@@ -41,6 +41,7 @@ class FailReason(StrEnum):
     STALLED = "stalled"  # no output for api.stall_timeout_s after the first token
     NO_OUTPUT = "no_output"  # no first token within the first-token deadline
     CANCELLED = "cancelled"  # the client, or `POST /v1/cancel/{id}`, cancelled it
+    PREEMPTED = "preempted"  # its runner's KV cache filled: taken out to make room, resumable
 
 
 REFUSALS = frozenset({FailReason.BUSY, FailReason.CONTEXT_LENGTH_EXCEEDED, FailReason.BAD_REQUEST})

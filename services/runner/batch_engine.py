@@ -59,6 +59,7 @@ class MlxBatchEngine:
         self.path = "unknown"
         self.model_context = 0
         self.max_token_bytes = 1
+        self.kv_capacity = 0  # mlx-lm's KV caches grow with the rows: no fixed size
         self.model: Any = None
         self.tokenizer: Any = None
         self._format: OutputFormat | None = None

@@ -163,8 +163,7 @@ class Batcher:
         when there is nothing to run."""
         if not self.has_work():
             return None
-        joiners = [self.waiting.popleft()
-                   for _ in range(scheduler.joining(len(self.running), len(self.waiting), self.limits))]
+        joiners = [self.waiting.popleft() for _ in range(self._joining())]
         first = self.engine.next_uid()
         inserts = tuple(RankInsert(uid=first + i, prompt=(*s.prompt, *s.params.continuation),
                                    max_tokens=s.params.max_tokens - len(s.params.continuation),
@@ -180,6 +179,20 @@ class Batcher:
                         removes=tuple(self.removes), inserts=inserts)
         self.removes = []
         return Plan(step, joiners)
+
+    def _joining(self) -> int:
+        """How many waiting requests join now: room in the batch, and in the engine's KV cache
+        where it has a fixed size (the others wait for rows to end)."""
+        n = scheduler.joining(len(self.running), len(self.waiting), self.limits)
+        capacity = self.engine.kv_capacity
+        if n == 0 or capacity <= 0:
+            return n
+        running = [scheduler.kv_claim(len(s.prompt) + s.completion_tokens, s.params.max_tokens - s.completion_tokens,
+                                      capacity) for s in self.running.values()]
+        waiting = [scheduler.kv_claim(len(s.prompt) + len(s.params.continuation),
+                                      s.params.max_tokens - len(s.params.continuation), capacity)
+                   for s in list(self.waiting)[:n]]
+        return scheduler.kv_joining(capacity, running, waiting)
 
     def admit_plan(self, plan: Plan, now: float) -> RankStep:
         """Apply the plan's removals and inserts to the engine; the `RankStep` for the other
@@ -225,6 +238,7 @@ class Batcher:
         if traces:
             traces.step(self.seq, start_us, now_us(), {p.uid for p in out.prompts}, {t.uid for t in out.tokens},
                         len(self.running))
+        outs.extend(self._preempted(out.preempted))
         for p in out.prompts:
             if (s := self.running.get(p.uid)) is not None and p.done < p.total:
                 outs.append((s.envelope, Progress(request_id=s.request_id, phase=ProgressPhase.PREFILL,
@@ -259,6 +273,25 @@ class Batcher:
         self.by_request.pop(session.request_id, None)
         if in_engine:  # a stop string or an error: the engine still runs the row
             self.removes.append(session.uid)
+
+    def _preempted(self, uids: list[int]) -> list[Out]:
+        """Rows the engine took out for room in its KV cache: their requests end `preempted`, which
+        the API resumes (the answer so far as its continuation), so the client's stream goes on once
+        there is room again."""
+        outs: list[Out] = []
+        for uid in uids:
+            session = self.running.pop(uid, None)
+            if session is None:
+                continue
+            session.done = True
+            self.by_request.pop(session.request_id, None)
+            log.warning("request %s preempted after %d tokens: the KV cache (%d tokens) is full",
+                        session.request_id, session.completion_tokens, self.engine.kv_capacity)
+            outs.append((session.envelope, Failed(
+                request_id=session.request_id, retryable=True, reason=FailReason.PREEMPTED,
+                error=f"the runner's KV cache ({self.engine.kv_capacity} tokens) filled up; this answer was taken "
+                      "out to make room")))
+        return outs
 
     def _fail_all(self, error: str) -> list[Out]:
         outs: list[Out] = []

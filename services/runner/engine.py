@@ -10,7 +10,7 @@ the same order (`wire.inference.RankStep`), so their batches and caches stay ali
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from skulk.cluster.state import TaskParams
@@ -66,6 +66,9 @@ class OutputFormat:
 class StepOutput:
     prompts: list[PromptProgress]
     tokens: list[TokenOut]
+    preempted: list[int] = field(default_factory=list)
+    """Rows the engine took out of its batch in this step to make room in a full KV cache (an
+    engine whose cache has a fixed size): their requests end `preempted`, and go on later."""
 
 
 class Detokenizer(Protocol):
@@ -84,6 +87,7 @@ class Engine(Protocol):
     path: str  # what the runner logs: "cpu fp32", "Pipeline rank 1/2 cpu fp32", ...
     model_context: int  # the model's own context length in tokens (0: unknown)
     max_token_bytes: int  # no token decodes to more bytes: prompt bytes / this <= prompt tokens
+    kv_capacity: int  # tokens its KV cache holds for all rows (0: no fixed size, it grows with them)
 
     def load(self) -> None: ...
 

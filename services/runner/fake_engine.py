@@ -51,6 +51,7 @@ class FakeEngine:
     path: str = "fake"
     model_context: int = 64
     max_token_bytes: int = 4
+    kv_capacity: int = 0  # > 0: a KV cache of this many cells, the youngest rows preempted when full
     rows: dict[int, _Row] = field(default_factory=dict)
     uid_count: int = 0
     cache: list[tuple[int, ...]] = field(default_factory=list)
@@ -88,6 +89,12 @@ class FakeEngine:
             self.log.append(f"remove {uid}")
 
     def step(self) -> StepOutput:
+        preempted = []
+        while len(self.rows) > 1 and 0 < self.kv_capacity < self._cells_after_step():
+            uid = max(self.rows)
+            del self.rows[uid]
+            preempted.append(uid)
+            self.log.append(f"preempt {uid}")
         prompts, tokens = [], []
         for uid, row in list(self.rows.items()):
             total = len(row.ins.prompt)
@@ -105,7 +112,12 @@ class FakeEngine:
             if finish is not None:
                 del self.rows[uid]
                 self.cache.append(tuple(row.ins.prompt))
-        return StepOutput(prompts, tokens)
+        return StepOutput(prompts, tokens, preempted)
+
+    def _cells_after_step(self) -> int:
+        """KV cells the rows would hold after the next step (prompt so far and tokens run)."""
+        return sum(min(len(r.ins.prompt), r.prefilled + self.prefill_chunk) if r.prefilled < len(r.ins.prompt)
+                   else len(r.ins.prompt) + r.produced for r in self.rows.values())
 
     def active(self) -> int:
         return len(self.rows)

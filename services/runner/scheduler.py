@@ -38,6 +38,33 @@ def joining(in_batch: int, waiting: int, limits: Limits) -> int:
     return max(0, min(waiting, limits.max_batch - in_batch))
 
 
+GROWTH_TOKENS = 256
+"""Tokens of its answer a request's KV claim counts ahead (or what is left of its max_tokens,
+if less; an eighth of a smaller cache at most): room for the running answers to grow before a
+newcomer may take it."""
+
+
+def kv_claim(tokens: int, left: int, capacity: int) -> int:
+    """KV cells a request counts on in a cache of `capacity`: what it holds (prompt and answer so
+    far) and its growth."""
+    return tokens + min(max(0, left), GROWTH_TOKENS, capacity // 8)
+
+
+def kv_joining(capacity: int, running: list[int], waiting: list[int]) -> int:
+    """How many of the waiting requests (their `kv_claim`s, FIFO) fit beside the running ones'
+    in a KV cache of `capacity` cells (0: the engine's cache has no fixed size: all of them). The
+    first waits for no one when nothing runs (it fits alone: the context limit is within the cache),
+    and none passes one that does not fit, so a long prompt is never starved by short ones."""
+    if capacity <= 0:
+        return len(waiting)
+    used, n = sum(running), 0
+    for claim in waiting:
+        if used + claim > capacity and (running or n):
+            break
+        used, n = used + claim, n + 1
+    return n
+
+
 MIN_PREFILL_SHARE = 32
 """Fewest prompt tokens a prefilling request gets per step."""
 

@@ -266,11 +266,11 @@ def make_engine(args: RunnerArgs, ring: Ring | None) -> Engine:
     spec = SpecSettings(spec_mode(settings.spec_mode, place.model_dir), settings.spec_draft_tokens,
                         settings.spec_max_streams, settings.spec_drafter)
     if place.engine == EngineKind.LLAMA_CPP:
-        from skulk.services.runner.llamacpp.engine import LlamaCppEngine
+        from skulk.services.runner.llamacpp.engine import KV_TOKENS, LlamaCppEngine
 
         return LlamaCppEngine(place.model_dir, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
                               prefix_cache_bytes=settings.prefix_cache_mb << 20, n_threads=settings.threads,
-                              spec=spec)
+                              kv_tokens=settings.kv_tokens or KV_TOKENS, spec=spec)
     return MlxBatchEngine(
         place.model_dir, ring, max_batch=settings.max_batch, prefill_chunk=settings.prefill_chunk,
         prefix_cache_bytes=settings.prefix_cache_mb << 20, quant_mode=QuantMode(settings.quantized), spec=spec)

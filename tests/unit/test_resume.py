@@ -65,10 +65,12 @@ def test_the_replayed_tokens_are_not_sent_and_what_follows_continues_them():
     assert [m.index for m in rest if isinstance(m, TokenChunk)] == list(range(6, 11))
 
 
-def test_the_api_goes_on_only_after_a_lost_instance_and_within_its_attempts():
+def test_the_api_goes_on_only_after_a_lost_instance_or_a_preemption_and_within_its_attempts():
     lost = Failed(request_id="r", error="x", reason=FailReason.INSTANCE_LOST)
     crashed = Failed(request_id="r", error="x", reason=FailReason.RUNNER_FAILED)
+    preempted = Failed(request_id="r", error="x", reason=FailReason.PREEMPTED)  # a full KV cache made room
     assert resumable(lost, 0, 2) and resumable(crashed, 1, 2) and not resumable(crashed, 2, 2)
+    assert resumable(preempted, 0, 2) and not resumable(preempted, 2, 2)
     for reason in (FailReason.CANCELLED, FailReason.ENGINE_ERROR, FailReason.BAD_REQUEST, FailReason.STALLED):
         assert not resumable(Failed(request_id="r", error="x", reason=reason), 0, 2)
     assert not resumable(lost, 0, 0)  # api.resume.max_attempts: 0

@@ -228,3 +228,40 @@ def test_a_continuation_with_a_token_outside_the_vocabulary_is_refused_not_prefi
     good = gen("b")
     good = replace(good, params=replace(good.params, continuation=(5, 99)))
     assert type(b.on_generate(env("b"), good, 0.0)[0][1]).__name__ == "Started"
+
+
+def test_the_kv_claim_counts_what_a_request_holds_and_its_next_growth_and_none_passes_a_long_prompt():
+    assert scheduler.kv_claim(100, 500, 16384) == 100 + scheduler.GROWTH_TOKENS
+    assert scheduler.kv_claim(100, 10, 16384) == 110 and scheduler.kv_claim(100, -3, 16384) == 100
+    assert scheduler.kv_claim(100, 500, 1024) == 100 + 1024 // 8  # a small cache: an eighth of it
+    assert scheduler.kv_joining(0, [10**9], [5, 6, 7]) == 3  # no fixed cache: room in the batch decides
+    assert scheduler.kv_joining(1000, [], [2000, 10]) == 1  # the first waits for no one when nothing runs
+    assert scheduler.kv_joining(1000, [600], [300, 50, 60]) == 2
+    assert scheduler.kv_joining(1000, [600], [500, 50]) == 0  # the short one does not pass the long one
+    assert scheduler.kv_joining(1000, [], [600, 500]) == 1
+
+
+def test_a_full_kv_cache_preempts_the_youngest_row_alone_and_newcomers_wait_for_room():
+    """An engine whose KV cache has a fixed size: requests join while their claims fit, wait
+    while they do not, and when the running answers outgrow the cache the youngest row alone is
+    taken out, its request ending `preempted` (retryable: the API resumes it) while the others go on."""
+    capacity = 600  # claims of 150 + 600 // 8: two fit, three do not
+    engine = FakeEngine(kv_capacity=capacity, model_context=capacity)
+    b = Batcher(engine, Limits(max_batch=8, queue_max=8))
+    for rid in "abc":
+        b.on_generate(env(rid), gen(rid, "x" * 150, max_tokens=400), 0.0)
+    plan = b.plan()
+    assert [s.request_id for s in plan.joiners] == ["a", "b"]  # c's claim does not fit beside theirs
+    b.admit_plan(plan, 0.0)
+    got: dict[str, list[object]] = {}
+    for e, m in b.run_step(lambda: 1.0):
+        got.setdefault(e[0].decode(), []).append(m)
+    for rid, msgs in run(b, limit=2000).items():
+        got.setdefault(rid, []).extend(msgs)
+    (preempted,) = [m for m in got["b"] if isinstance(m, Failed)]
+    assert preempted.reason == FailReason.PREEMPTED and preempted.retryable, preempted
+    assert 0 < len(tokens(got["b"])) < 400
+    assert len(tokens(got["a"])) == 400 and isinstance(got["a"][-1], Done)  # the oldest goes on throughout
+    assert engine.log.index("insert 2") > engine.log.index("preempt 1")  # c waited for room
+    assert isinstance(got["c"][-1], (Done, Failed))  # every request ends, none waits for ever
+    assert not b.running and not b.waiting and not b.by_request

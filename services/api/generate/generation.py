@@ -55,7 +55,7 @@ one `Done` or `Failed`."""
 
 FAIL_STATUS: dict[str, int] = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400,
                                FailReason.BAD_REQUEST: 400, FailReason.SESSION_CHANGED: 503,
-                               FailReason.CANCELLED: 499}
+                               FailReason.CANCELLED: 499, FailReason.PREEMPTED: 503}
 """The HTTP status of a failure, by its reason (anything else: 500, in the error envelope)."""
 
 

@@ -23,8 +23,9 @@ from skulk.cluster.state import State, serving
 from skulk.wire.commands import RejectReason
 from skulk.wire.inference import Failed, FailReason
 
-RESUMABLE = frozenset({FailReason.RUNNER_FAILED, FailReason.INSTANCE_LOST})
-"""Endings that say the instance was lost, not that the request was wrong."""
+RESUMABLE = frozenset({FailReason.RUNNER_FAILED, FailReason.INSTANCE_LOST, FailReason.PREEMPTED})
+"""Endings that say the instance was lost, or took the answer out to make room in its KV cache
+(`preempted`: routed again, it waits in a runner's queue for room), not that the request was wrong."""
 WAIT_FOR = frozenset({RejectReason.NO_INSTANCE, RejectReason.NOT_READY})
 """Routing refusals worth waiting out while the model's lost capacity comes back."""
 

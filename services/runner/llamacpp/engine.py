@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from skulk.cluster.engines import LLAMA_KV_TOKENS
 from skulk.cluster.state import TaskParams
 from skulk.services.runner import warmup
 from skulk.services.runner.core_share import CoreShare
@@ -53,9 +54,10 @@ from skulk.wire.inference import RankInsert
 
 log = logging.getLogger("skulk.runner")
 
-KV_TOKENS = 16384
+KV_TOKENS = LLAMA_KV_TOKENS
 """Tokens the unified KV cache holds for all rows and cached prefixes together (one request may
-use all of them, up to the model's own context)."""
+use all of them, up to the model's own context); `runner.kv_tokens` makes it smaller. Requests
+join while their claims fit (`scheduler.kv_joining`); answers that outgrow it preempt the youngest."""
 CACHE_SEQUENCES = 8
 """Prefix-cache entries kept beside the running rows (each holds a sequence id)."""
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
@@ -64,6 +66,10 @@ FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick
 FLASH_ATTN_GPU = -1  # LLAMA_FLASH_ATTN_TYPE_AUTO: on a GPU llama.cpp asks the backend (a build without its
 # flash-attention kernels would run the op on the CPU if it were forced on)
 DEFAULT_SPEC = SpecSettings()  # frozen: one shared default is safe
+
+
+class KvCacheFull(RuntimeError):
+    """`llama_decode` found no room for the batch in the KV cache, the prefix cache let go."""
 
 
 @dataclass
@@ -103,6 +109,7 @@ class LlamaCppEngine:
         self.path = "llama.cpp"
         self.model_context = 0
         self.max_token_bytes = 1
+        self.kv_capacity = 0  # the KV cache's tokens once loaded (the batcher admits by it)
         self.vocab_size = 0
         self.spec, self.speculation = speculate.describe(spec)
         self.rows: dict[int, _Row] = {}
@@ -160,7 +167,7 @@ class LlamaCppEngine:
         if not self.ctx:
             raise LlamaLoadError(f"llama.cpp cannot make a context of {self.kv_tokens} tokens for {gguf.name}")
         self.mem = llama_cpp.llama_get_memory(self.ctx)
-        self.kv_tokens = int(llama_cpp.llama_n_ctx(self.ctx))
+        self.kv_tokens = self.kv_capacity = int(llama_cpp.llama_n_ctx(self.ctx))
         self.model_context = min(trained, self.kv_tokens) if trained > 0 else self.kv_tokens
         self.max_token_bytes = self.vocab.max_token_bytes()
         self.kv_token_bytes = kv_token_bytes(self.model)
@@ -262,17 +269,43 @@ class LlamaCppEngine:
             self.share.idle()
 
     def step(self) -> StepOutput:
-        if not self.rows:
-            return StepOutput([], [])
-        if (drafted := speculate.step(self)) is not None:
-            return StepOutput([], drafted)
+        """One decode of every row's next piece; where the KV cache is full even without the
+        prefix cache, the youngest row is taken out (`preempted`: its request goes on later) and
+        the step is tried again without it."""
+        preempted: list[int] = []
+        while self.rows:
+            if (drafted := speculate.step(self)) is not None:
+                return StepOutput([], drafted, preempted)
+            outputs, progress, firsts = self._fill_batch()
+            try:
+                self.decode()
+            except KvCacheFull:
+                if len(self.rows) == 1:
+                    raise
+                for row, first in firsts:  # nothing of this batch stays in the cache
+                    self.lib.llama_memory_seq_rm(self.mem, row.seq, first, -1)
+                    row.done = min(row.done, first)
+                preempted.append(self._preempt_youngest())
+                continue
+            logits = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ctx), shape=(len(outputs), self.vocab_size))
+            tokens = [self._next(row, logits[i]) for i, row in enumerate(outputs)]
+            return StepOutput(progress, tokens, preempted)
+        return StepOutput([], [], preempted)
+
+    def _fill_batch(self) -> tuple[list[_Row], list[PromptProgress], list[tuple[_Row, int]]]:
+        """The step's batch: each decoding row's last token and the prefilling rows' next prompt
+        pieces (oldest first). The rows whose logits it gives (in batch order), the prompts'
+        progress, and each row's first position in it."""
         batch = self.batch
         batch.clear()
-        outputs: list[_Row] = []  # rows whose logits this step gives, in batch order
+        outputs: list[_Row] = []
+        firsts: list[tuple[_Row, int]] = []
         for row in self.rows.values():
             if row.decoding:
-                batch.add([row.output[-1]], len(row.prompt) + len(row.output) - 1, row.seq, True)
+                position = len(row.prompt) + len(row.output) - 1
+                batch.add([row.output[-1]], position, row.seq, True)
                 outputs.append(row)
+                firsts.append((row, position))
         prefilling = [r for r in self.rows.values() if not r.decoding]  # oldest first (insertion order)
         takes = prefill_in_order(min(self.prefill_chunk, batch.capacity - batch.n),
                                  [len(r.prompt) - r.done for r in prefilling])
@@ -282,14 +315,21 @@ class LlamaCppEngine:
                 break
             last = row.done + take >= len(row.prompt)
             batch.add(row.prompt[row.done:row.done + take], row.done, row.seq, last)
+            firsts.append((row, row.done))
             row.done += take
             progress.append(PromptProgress(row.uid, row.done, len(row.prompt)))
             if last:
                 outputs.append(row)
-        self.decode()
-        logits = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ctx), shape=(len(outputs), self.vocab_size))
-        tokens = [self._next(row, logits[i]) for i, row in enumerate(outputs)]
-        return StepOutput(progress, tokens)
+        return outputs, progress, firsts
+
+    def _preempt_youngest(self) -> int:
+        """The newest row out of the batch and its cells freed (its request resumes elsewhere or
+        here later, with its answer so far as its continuation)."""
+        row = self.rows.pop(max(self.rows))
+        self._free([row.seq])
+        log.warning("KV cache full (%d tokens): row %d taken out after %d prompt and %d answer tokens",
+                    self.kv_tokens, row.uid, row.done, len(row.output))
+        return row.uid
 
     def decode(self) -> None:
         """`llama_decode` of the batch, making room in the KV cache from the prefix cache."""
@@ -299,9 +339,10 @@ class LlamaCppEngine:
             self.stepping_threads = n
         while (rc := self.lib.llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
             self._free(self.prefix.trim(len(self.prefix) // 2))  # no room in the KV cache: let the cache go
+        if rc == 1:
+            raise KvCacheFull(f"llama_decode failed: the KV cache ({self.kv_tokens} tokens) is full")
         if rc != 0:
-            raise RuntimeError(f"llama_decode failed ({rc}): "
-                               + ("the KV cache is full" if rc == 1 else "see the runner's log"))
+            raise RuntimeError(f"llama_decode failed ({rc}): see the runner's log")
 
     def _next(self, row: _Row, raw: np.ndarray) -> TokenOut:
         values = np.array(raw, dtype=np.float32)
