@@ -38,6 +38,8 @@ def cfg(version: int, text: str = "runner: {max_batch: 8}\n", writer: str = "n1"
     ({"supervisor": {"intensity": 3, "extra": 1}}, "unknown key supervisor.extra"),
     ({"node": "x"}, "section 'node' must be a mapping"),
     ({"runner": {"max_batch": 0}}, "runner.max_batch must be in"),
+    ({"runner": {"kv_tokens": 100}}, "runner.kv_tokens must be 0"),
+    ({"runner": {"kv_tokens": 32768}}, "placement counts 16384"),
     ({"hf_token": 5}, "hf_token: expected str"),
     (["a"], "top level must be a mapping"),
 ])
