@@ -35,6 +35,7 @@ NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 MIN_KV_TOKENS = 256
 """The smallest `runner.kv_tokens`: llama.cpp sizes its cache in steps of 256 tokens."""
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resume:
     """`api.resume`: a request whose instance is lost mid-answer goes on elsewhere at most
