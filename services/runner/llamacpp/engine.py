@@ -42,7 +42,7 @@ from skulk.services.runner.engine import (
 from skulk.services.runner.grammar import GrammarMask
 from skulk.services.runner.llamacpp import speculate
 from skulk.services.runner.llamacpp.batch import Batch
-from skulk.services.runner.llamacpp.model_file import LlamaLoadError, gguf_of, load_model, threads
+from skulk.services.runner.llamacpp.model_file import LlamaLoadError, gguf_of, kv_token_bytes, load_model, threads
 from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
 from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, top_logprobs
 from skulk.services.runner.llamacpp.text import Detokenizer as PieceDetokenizer
@@ -391,15 +391,3 @@ class LlamaCppEngine:
 
     def peak_memory(self) -> int:
         return int(self.lib.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes
-
-
-
-def kv_token_bytes(model: Any) -> int:
-    """Bytes of keys and values one token holds in the cache (f16, every layer)."""
-    import llama_cpp
-
-    layers = int(llama_cpp.llama_model_n_layer(model))
-    heads = int(llama_cpp.llama_model_n_head(model)) or 1
-    kv_heads = int(llama_cpp.llama_model_n_head_kv(model)) or heads
-    width = int(llama_cpp.llama_model_n_embd(model)) // heads
-    return 2 * layers * kv_heads * width * 2

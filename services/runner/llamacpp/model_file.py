@@ -42,3 +42,14 @@ def load_model(llama_cpp: Any, gguf: Path, gpu: bool) -> Any:
         raise LlamaLoadError(f"llama.cpp cannot load {gguf.name} of {gguf.parent.name} "
                              "(an architecture or tensor type it lacks, or a damaged file)")
     return model
+
+
+def kv_token_bytes(model: Any) -> int:
+    """Bytes of keys and values one token holds in the cache (f16, every layer)."""
+    import llama_cpp
+
+    layers = int(llama_cpp.llama_model_n_layer(model))
+    heads = int(llama_cpp.llama_model_n_head(model)) or 1
+    kv_heads = int(llama_cpp.llama_model_n_head_kv(model)) or heads
+    width = int(llama_cpp.llama_model_n_embd(model)) // heads
+    return 2 * layers * kv_heads * width * 2
