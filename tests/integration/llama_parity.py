@@ -2,8 +2,11 @@
 single-sequence `Llama`, in a subprocess: `reference_llama.py`).
 
 llama.cpp's CPU kernels are not batch-invariant, so an answer equals llama.cpp's token for token,
-each log-probability within `TIE` of llama.cpp's, up to the first place, if any, where llama.cpp's
-own two best tokens are within `TIE` of each other (a tie the batch's shape may break either way).
+each log-probability within `tolerance` of llama.cpp's, up to the first place, if any, where
+llama.cpp's own two best tokens are within `tolerance` of each other (a tie the batch's shape may
+break either way). The tolerance is `TIE` plus twice what llama.cpp's own answers move on this CPU
+when the prompts share its cache (the reference's `noise`, 0 on many CPUs): the engine's cache
+holds more beside a row (other rows, cached prefixes) than the reference's batch did.
 """
 
 from __future__ import annotations
@@ -27,16 +30,23 @@ def llama_reference(model_dir: Path, prompts: list[str], n: int, raw: bool = Fal
     return json.loads(out.stdout)
 
 
+def tolerance(ref: dict[str, Any]) -> float:
+    """How far a log-probability may be from llama.cpp's own, and the lead under which llama.cpp's
+    choice is a near-tie, on this CPU."""
+    return TIE + 2 * ref.get("noise", 0.0)
+
+
 def disagreement(text: str, ref: dict[str, Any], reply: dict[str, Any] | None = None) -> str:
     """"" when `text` is llama.cpp's answer, or differs from it only after a near-tie (and, given
-    the reply with its logprobs, each token's log-probability is within `TIE` of llama.cpp's)."""
+    the reply with its logprobs, each token's log-probability is within `tolerance` of llama.cpp's)."""
+    tie = tolerance(ref)
     if reply is not None:
         for k, (step, (piece, logprob, _margin)) in enumerate(zip(reply["choices"][0]["logprobs"]["content"],
                                                                    ref["tokens"])):
             if step["token"] != piece:
                 break
-            if abs(step["logprob"] - logprob) > TIE:
-                return f"token {k} {piece!r}: logprob {step['logprob']:.3f}, llama.cpp's {logprob:.3f}"
+            if abs(step["logprob"] - logprob) > tie:
+                return f"token {k} {piece!r}: logprob {step['logprob']:.3f}, llama.cpp's {logprob:.3f} (by {tie:.2f})"
     if text == ref["text"]:
         return ""
     at = next((i for i, (a, b) in enumerate(zip(text, ref["text"])) if a != b), min(len(text), len(ref["text"])))
@@ -44,7 +54,7 @@ def disagreement(text: str, ref: dict[str, Any], reply: dict[str, Any] | None = 
     for k, (piece, _logprob, margin) in enumerate(ref["tokens"]):
         seen += len(piece)
         if seen > at:
-            if margin < TIE:
+            if margin < tie:
                 return ""
             return (f"differs at character {at} (reference token {k} {piece!r}, its lead {margin:.3f} nats): "
                     f"{text!r} vs {ref['text']!r}")
@@ -52,6 +62,7 @@ def disagreement(text: str, ref: dict[str, Any], reply: dict[str, Any] | None = 
 
 
 def first_tie(ref: dict[str, Any]) -> int:
-    """The first token where llama.cpp's own two best are within `TIE` (len: none): the answer
-    is compared up to there, so a test on a random-weight model asserts it comes late enough."""
-    return next((k for k, (_piece, _logprob, margin) in enumerate(ref["tokens"]) if margin < TIE), len(ref["tokens"]))
+    """The first token where llama.cpp's own two best are within `tolerance` (len: none): the
+    answer is compared up to there, so a test on a random-weight model asserts it comes late enough."""
+    tie = tolerance(ref)
+    return next((k for k, (_piece, _logprob, margin) in enumerate(ref["tokens"]) if margin < tie), len(ref["tokens"]))

@@ -29,7 +29,7 @@ def batching_node(start, demo_model):
                  config={"runner": {"max_batch": 8, "queue_max": 16}})
     wait_model_ready(node)
     line = next(ln for ln in node.log_path.read_text().splitlines() if "decode matmuls:" in ln)
-    assert "row blocks (forced; exact on this CPU" in line or "sgemm (not exact on this CPU:" in line, line
+    assert "row blocks (forced: exact on this CPU" in line or "sgemm (not exact on this CPU:" in line, line
     print(f"path checked: {line[line.index('decode matmuls:'):]}")
     return node
 
