@@ -318,13 +318,15 @@ def test_prompt_lookup_speculation_changes_no_greedy_token(spec_node, real_node,
 
 
 def test_a_sampled_request_speculates_and_a_seeded_one_repeats(spec_node):
-    """Sampled rows keep a draft while the row's own seeded sampler draws it (mlx-lm's rule)."""
+    """Sampled rows keep a draft while the row's own seeded sampler draws it (mlx-lm's rule). The
+    text is a draw: whether it copies the list depends on the CPU's logits, so only its repeat and
+    the drafts' verdicts are asserted."""
     body = {**ask(COPY), "max_tokens": 40, "temperature": 0.7, "seed": 1234}
     first, again = (bc.complete(spec_node.url, body)[1] for _ in range(2))
     assert first["choices"][0]["message"]["content"] == again["choices"][0]["message"]["content"]
     details = first["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] + details["rejected_prediction_tokens"] > 0, details
-    assert "apples" in first["choices"][0]["message"]["content"].lower(), first
+    assert first["choices"][0]["message"]["content"].strip(), first
 
 
 def test_drafter_mode_with_the_model_as_its_own_drafter_changes_no_token(module_nodes, real_model, real_node,
