@@ -50,18 +50,21 @@ def real_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed test's report carries the logs of the nodes it started (`failure_logs`)."""
+    """A failed test's report carries the logs of the nodes it started (`failure_logs`), then of
+    the nodes its file shares (`module_nodes`)."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when == "call" and report.failed:
-        for node in getattr(item, "skulk_nodes", ())[:4]:
+        shared = getattr(getattr(item, "module", None), "skulk_module_nodes", [])
+        for node in [*getattr(item, "skulk_nodes", ()), *shared][:4]:
             report.sections.append((f"node {node.home.name} logs", node.failure_logs()))
 
 
-def _node_factory(root: Path, item: pytest.Item | None = None) -> Iterator[Callable[..., Node]]:
+def _node_factory(root: Path, owner: object) -> Iterator[Callable[..., Node]]:
+    """`owner` (a test item, or a test module for the nodes a file shares) keeps the list of the
+    nodes started, for the failure report."""
     started: list[Node] = []
-    if item is not None:
-        item.skulk_nodes = started  # type: ignore[attr-defined]
+    setattr(owner, "skulk_nodes" if isinstance(owner, pytest.Item) else "skulk_module_nodes", started)
 
     def start(name: str = "node", ready: bool = True, **kw: Any) -> Node:
         node = start_node(root, name, ready=False, **kw)
@@ -89,4 +92,4 @@ def module_nodes(tmp_path_factory: pytest.TempPathFactory,
                  request: pytest.FixtureRequest) -> Iterator[Callable[..., Node]]:
     """As `nodes`, for nodes a whole test file shares (tests that only read what the node
     serves; a test that breaks a node starts its own): killed after the file's last test."""
-    yield from _node_factory(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
+    yield from _node_factory(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]), request.module)

@@ -63,21 +63,20 @@ def test_crash_loop_exhausts_budget_and_escalates(nodes):
 def test_child_that_never_reports_ready_is_killed_at_its_deadline(nodes):
     node = nodes(config={"children": {"ready_timeout_s": 3.0}},
                  env={"SKULK_FAULTS": "janitor@boot=hang"}, ready=False)
+    # (not its first "started": on a fast machine the janitor starts before a watcher subscribed
+    # after the node's start hears of it; the kill comes seconds later)
     watcher = BusWatcher(node, EVT_SUPERVISOR.prefix + b"janitor")
     try:
-        started = watcher.wait_for(lambda m: m.event == "started", 15)
-        t0 = time.monotonic()
-        killed = watcher.wait_for(lambda m: m.event == "ready_timeout", 10)
-        took = time.monotonic() - t0
+        killed = watcher.wait_for(lambda m: m.event == "ready_timeout", 15)
         exited = watcher.wait_for(lambda m: m.event == "exited", 10)
         restarted = watcher.wait_for(lambda m: m.event == "started", 10)
     finally:
         watcher.close()
-    print(f"never-ready janitor killed {took:.3f}s after start (deadline 3.0s); exit: {exited.detail}")
-    assert killed.pid == started.pid
+    print(f"never-ready janitor killed (deadline 3.0s); exit: {exited.detail}")
+    assert killed.restarts == 0 and exited.pid == killed.pid  # the first janitor, at its own deadline
     assert killed.detail == "watchdog kill"  # the deadline itself is unit-tested (watchdog.verdict)
     assert "did not report ready within 3.0s" in (node.home / "logs" / "supervisor.log").read_text()
-    assert restarted.pid != started.pid and restarted.restarts == started.restarts + 1
+    assert restarted.pid != killed.pid and restarted.restarts == killed.restarts + 1
     assert node.status()["bus"].restarts == 0
 
 
