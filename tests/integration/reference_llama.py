@@ -74,10 +74,10 @@ def one(llm: Llama, prompt: str, n: int, raw: bool) -> dict:  # type: ignore[typ
 def cache_noise(llm: Llama, refs: list[dict], n: int) -> float:  # type: ignore[type-arg]
     """The most a chosen token's log-probability moves when llama.cpp answers the prompts all at
     once in one unified cache, as a batching runner does, instead of each alone (over the tokens
-    where both answers still agree). On some CPUs this is 0; on others (an AVX-512 Zen 4) llama.cpp's
-    flash attention gives a sequence other results once other sequences' cells share its cache:
-    0.15-0.38 nats seen there, from batches of llama.cpp's own. Low-level calls as the engine's, with none
-    of its code: the `Llama` object has one sequence."""
+    where both answers still agree). On some CPUs this is 0; on others (an AVX-512 Zen 4)
+    llama.cpp's flash attention gives a sequence other results once other sequences' cells share
+    its cache: 0.15-0.38 nats seen there. The `Llama` object holds one sequence, so this is
+    llama.cpp's C API on the same loaded model (none of the engine's code)."""
     import llama_cpp as lc
 
     prompts = [r["ids"][:len(r["ids"]) - len(r["tokens"])] for r in refs]
