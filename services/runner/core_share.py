@@ -22,6 +22,7 @@ import logging
 import os
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -73,6 +74,14 @@ class CoreShare:
             position = busy.index(self.name) if self.name in busy else 0
             self.threads = share(self.cores, len(busy), position, self.cap)
         return self.threads
+
+    def step_with(self, now: float, current: int, set_threads: Callable[[int], None]) -> int:
+        """`busy`, and the engine told (`set_threads`) when its share changed from `current`:
+        the threads it steps with now."""
+        threads = self.busy(now)
+        if threads != current:
+            set_threads(threads)
+        return threads
 
     def idle(self) -> None:
         """No requests left: this runner's share goes to the others."""

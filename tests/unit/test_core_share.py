@@ -33,6 +33,19 @@ def test_a_runner_steps_on_every_core_alone_and_on_its_share_while_another_steps
     assert a.busy(3 * CHECK_S) == 8 and [p.name for p in tmp_path.iterdir()] == [a.name]
 
 
+def test_the_engine_is_told_its_threads_only_when_its_share_changes(tmp_path):
+    a, b = CoreShare(8, directory=tmp_path), CoreShare(8, directory=tmp_path)
+    told: list[int] = []
+    threads = a.step_with(0.0, 8, told.append)
+    assert threads == 8 and told == []  # alone, as it was made
+    b.busy(0.0)
+    threads = a.step_with(CHECK_S, threads, told.append)
+    assert threads == 4 and told == [4]
+    assert a.step_with(CHECK_S, threads, told.append) == 4 and told == [4]  # unchanged: not told again
+    b.close()
+    assert a.step_with(2 * CHECK_S, threads, told.append) == 8 and told == [4, 8]
+
+
 def test_a_killed_runner_gives_its_share_back_and_its_file_goes(tmp_path):
     """Another process holds its lock as a busy runner does; SIGKILL frees it at once."""
     holder = subprocess.Popen([sys.executable, "-c", (

@@ -106,7 +106,9 @@ class LlamaEmbedEngine:
         for seq, prompt in enumerate(prompts):  # every token an output: pooling reads them all
             self.batch.add(list(prompt), 0, seq, True, want_all=True)
         try:
-            self._take_share()
+            if self.share is not None:
+                self.stepping_threads = self.share.step_with(
+                    time.monotonic(), self.stepping_threads, lambda n: lib.llama_set_n_threads(self.ctx, n, n))
             rc = lib.llama_decode(self.ctx, self.batch.ready())
         finally:
             if self.share is not None:
@@ -120,11 +122,6 @@ class LlamaEmbedEngine:
                 raise RuntimeError(f"llama.cpp gave no pooled embedding for input {seq}")
             out.append(to_bytes(unit(np.ctypeslib.as_array(pointer, shape=(self.width,)), dimensions)))
         return out
-
-    def _take_share(self) -> None:
-        if self.share is not None and (n := self.share.busy(time.monotonic())) != self.stepping_threads:
-            self.lib.llama_set_n_threads(self.ctx, n, n)
-            self.stepping_threads = n
 
 
 def context_for(trained: int, vocab: int) -> int:

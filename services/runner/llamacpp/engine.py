@@ -331,12 +331,15 @@ class LlamaCppEngine:
                     self.kv_tokens, row.uid, row.done, len(row.output))
         return row.uid
 
+    def _set_threads(self, n: int) -> None:
+        self.lib.llama_set_n_threads(self.ctx, n, n)
+        log.debug("stepping with %d threads (%d runners stepping on this machine)", n,
+                  self.share.busy_runners if self.share else 1)
+
     def decode(self) -> None:
         """`llama_decode` of the batch, making room in the KV cache from the prefix cache."""
-        if self.share is not None and (n := self.share.busy(time.monotonic())) != self.stepping_threads:
-            self.lib.llama_set_n_threads(self.ctx, n, n)
-            log.debug("stepping with %d threads (%d runners stepping on this machine)", n, self.share.busy_runners)
-            self.stepping_threads = n
+        if self.share is not None:
+            self.stepping_threads = self.share.step_with(time.monotonic(), self.stepping_threads, self._set_threads)
         while (rc := self.lib.llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
             self._free(self.prefix.trim(len(self.prefix) // 2))  # no room in the KV cache: let the cache go
         if rc == 1:
