@@ -78,6 +78,9 @@ class TextGeneration(Command):
     TYPE: ClassVar[str] = "command.text_generation"
     owner_node: str
     params: TaskParams
+    avoid_nodes: tuple[str, ...] = ()
+    """Nodes the asking API node's gossip has seen leave: the leader may list their instances a
+    few seconds longer (until its own `NodeTimedOut`), and a request routed there is lost at once."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +91,7 @@ class TextEmbedding(Command):
     TYPE: ClassVar[str] = "command.text_embedding"
     owner_node: str
     model: str
+    avoid_nodes: tuple[str, ...] = ()  # as `TextGeneration.avoid_nodes`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -194,7 +194,7 @@ def route_embedding(state: State, cmd: TextEmbedding, new_id: Callable[[], str],
     wrong = wrong_task(state, cmd.command_id, cmd.model, embedding=True)
     if wrong is not None:
         return wrong
-    found = route(state, cmd.model, loads)
+    found = route(state, cmd.model, loads, cmd.avoid_nodes)
     if isinstance(found, RouteError):
         return CommandRejected(command_id=cmd.command_id, status=found.status, message=found.message,
                                reason=found.reason)
@@ -239,7 +239,7 @@ def handle(state: State, cmd: Message, new_id: Callable[[], str], wall: float,
     if isinstance(cmd, TextGeneration):
         if wrong := wrong_task(state, cmd.command_id, cmd.params.model, embedding=False):
             return Outcome(wrong)
-        found = route(state, cmd.params.model, loads)
+        found = route(state, cmd.params.model, loads, cmd.avoid_nodes)
         if isinstance(found, RouteError):
             return Outcome(CommandRejected(command_id=cmd.command_id, status=found.status,
                                            message=found.message, reason=found.reason))

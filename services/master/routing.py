@@ -4,7 +4,7 @@ nor one on a node restarting in place (its runners are about to stop)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from skulk.cluster.state import OPEN_STATUSES, Instance, State, serving
@@ -40,9 +40,13 @@ def loads(state: State, instances: list[Instance], reported: Mapping[str, int] |
             for i in instances}
 
 
-def route(state: State, model_id: str, reported: Mapping[str, int] | None = None) -> Route | RouteError:
-    """The least-loaded serving instance of `model_id`, or an immediate error (never a wait)."""
-    candidates = [i for i in state.instances.values() if i.model_id == model_id]
+def route(state: State, model_id: str, reported: Mapping[str, int] | None = None,
+          avoid_nodes: Collection[str] = ()) -> Route | RouteError:
+    """The least-loaded serving instance of `model_id`, or an immediate error (never a wait).
+    None on a node in `avoid_nodes` (the asker has seen it leave): with only those left, the
+    answer is "no instance", which the asker waits out while this state catches up."""
+    candidates = [i for i in state.instances.values()
+                  if i.model_id == model_id and all(n not in avoid_nodes for n in i.node_to_runner)]
     if not candidates:
         return RouteError(404, NO_INSTANCE.format(model=model_id), RejectReason.NO_INSTANCE)
     ready = [i for i in candidates if serving(state, i)]

@@ -170,3 +170,18 @@ def test_a_runner_lost_mid_answer_is_resumed_on_the_next_one_as_one_stream(tmp_p
     assert frames[-1]["usage"]["completion_tokens"] == 5  # counted once
     assert [type(m).__name__ for m in master.told] == ["TaskFinished", "TaskFinished"]  # the lost one failed
     assert master.told[0].failed and not master.told[1].failed
+
+
+def test_a_request_lost_before_admission_is_routed_again_away_from_the_nodes_this_node_saw_leave(tmp_path, cluster):
+    replica, iid, rid = cluster
+    master = FakeMaster(iid, rid)
+
+    def lost_with_its_node(request_id: str, _params: Any) -> list[Message]:
+        replica.departed = frozenset({"n9"})  # this node's gossip saw the runner's node leave; the leader not yet
+        return [Failed(request_id=request_id, error="lost", reason=FailReason.INSTANCE_LOST)]
+
+    runners = FakeRunners(lost_with_its_node,
+                          lambda r, _p: [Started(request_id=r, prompt_tokens=3), *tokens(r, "Hi"), done(r, 2)])
+    got = client(tmp_path, master, runners, replica).simulate_post("/v1/chat/completions", json=chat(False))
+    assert got.status_code == 200 and got.json["choices"][0]["message"]["content"] == "Hi"
+    assert [cmd.avoid_nodes for cmd in master.asked] == [(), ("n9",)]  # the leader is told where not to route

@@ -114,6 +114,25 @@ def test_route_follows_the_load_runners_report_and_it_adds_no_events():
     assert (tasks.count(first), tasks.count(second)) == (3, 1)  # 0 1 2 | 2 (ties: lower id)
 
 
+def test_route_avoids_the_nodes_the_asker_has_seen_leave_and_with_only_those_left_says_no_instance():
+    state = run(base(), [NodeGatheredInfo(info=node("n2"))])
+    for command_id, other in (("c1", "n2"), ("c2", "n1")):  # one instance on each node
+        state = run(state, handle(state, PlaceInstance(command_id=command_id, card=CARD, excluded_nodes=(other,)),
+                                  ids(), 0.0).events)
+    for rid in {r for i in state.instances.values() for r in i.runner_to_shard}:
+        state = run(state, [RunnerStatusUpdated(runner_id=rid, status=RunnerStatus(kind="RunnerReady",
+                                                                                   endpoint=f"tcp://{rid}:1"))])
+    on = {next(iter(i.node_to_runner)): i.instance_id for i in state.instances.values()}
+    for gone, survivor in (("n1", "n2"), ("n2", "n1")):  # the load would pick either; the departure decides
+        out = handle(state, TextGeneration(command_id=f"t-{gone}", owner_node="n1", params=PARAMS,
+                                           avoid_nodes=(gone,)), ids(), 0.0)
+        assert isinstance(out.reply, Routed) and out.reply.instance_id == on[survivor]
+    out = handle(state, TextGeneration(command_id="t-both", owner_node="n1", params=PARAMS, avoid_nodes=("n1", "n2")),
+                 ids(), 0.0)
+    assert isinstance(out.reply, CommandRejected) and out.reply.reason == RejectReason.NO_INSTANCE
+    assert out.events == []
+
+
 def test_text_generation_creates_a_task_and_finish_or_cancel_removes_it():
     state, iid, rid = placed()
     out = handle(state, TextGeneration(command_id="t1", owner_node="n1", params=PARAMS), ids(), 0.0)

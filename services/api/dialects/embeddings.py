@@ -128,7 +128,8 @@ class EmbeddingsResource:
             raise http_error(exc.status, exc.message) from None
         try:  # asked again while the leader changes (a rolling restart)
             routed = THROUGH_FAILOVER.ask(self.master, lambda _attempt: TextEmbedding(
-                command_id=uuid.uuid4().hex, owner_node=self.node_id, model=request.model))
+                command_id=uuid.uuid4().hex, owner_node=self.node_id, model=request.model,
+                avoid_nodes=tuple(sorted(self.replica.departed))))
         except MasterUnavailable as exc:
             raise http_error(503, str(exc)) from None
         if isinstance(routed, CommandRejected):

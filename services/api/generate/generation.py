@@ -289,7 +289,8 @@ class Generation:
             return stream
 
     def _command(self, params: TaskParams) -> TextGeneration:
-        return TextGeneration(command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params)
+        return TextGeneration(command_id=uuid.uuid4().hex, owner_node=self.node_id, params=params,
+                              avoid_nodes=tuple(sorted(self.replica.departed)))
 
     def _recovering(self, model: str, refused: str, deadline: float) -> bool:
         """Wait (a state change, at most a second) if the model's lost capacity is coming back,
