@@ -263,3 +263,15 @@ def test_a_byte_level_vocabulary_adds_bos_where_the_file_says_and_keeps_its_spec
     assert tok.encode("ab").ids == [1, 5] and tok.encode(f"{bos}ab").ids == [1, 0, 5]
     with pytest.raises(gguf_tokenizer.TokenizerError, match="'deepseek-coder'"):
         gguf_tokenizer.build(tiny_meta(**{"tokenizer.ggml.pre": "deepseek-coder"}), tmp_path / "x", 8192)
+
+
+def test_a_gemma_4_vocabulary_adds_no_bos_to_text_as_its_own_tokenizer_though_the_file_says_to(tmp_path: Path):
+    """Gemma 4's chat template writes `<bos>`, and its reference tokenizer (the one mlx-lm
+    loads) adds none to text, whatever `add_bos_token` says; llama.cpp forces it on for raw
+    text. The MLX engine answers as mlx-lm does: a raw prompt goes in as written."""
+    meta = {**spm_meta(), "general.architecture": "gemma4", "tokenizer.ggml.model": "gemma4",
+            "tokenizer.ggml.add_bos_token": True, "tokenizer.chat_template": "{{ bos_token }}{{ messages[0].content }}"}
+    assert gguf_tokenizer.build(meta, tmp_path, 4096) == {"bos": 1, "eos": 2}
+    assert Tokenizer.from_file(str(tmp_path / "tokenizer.json")).encode("hi").tokens == ["hi"]
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["add_bos_token"] is False and config["bos_token"] == "<s>"
