@@ -3,9 +3,11 @@
 `SKULK_FAULTS="<role>@<phase>=<action>[,...]"`, for example `janitor@boot=hang` or
 `gossip@loop=crash`. Actions: `crash` (uncaught exception), `abort` (SIGABRT),
 `exit:N`, `hang` (block forever without heartbeats), `slow:S` (block S seconds once, idle),
-`busy:S` (compute for S seconds once: a slow or saturated machine, as the watchdog sees it).
+`busy:S` (compute for S seconds once: a slow or saturated machine, as the watchdog sees it),
+`pace:S` (block S seconds each time, logged once: a slower device, step after step).
 Phases used today: `boot` (before ready), `ready` (right after ready), `loop` (first loop
-tick). Unset in production: every check is then a dictionary miss.
+tick); a runner's `load`, `warmup`, `prefill`, `decode:<n>` (its step n) and `step` (every
+step). Unset in production: every check is then a dictionary miss.
 """
 
 from __future__ import annotations
@@ -33,12 +35,19 @@ def parse(spec: str) -> dict[tuple[str, str], str]:
 _FAULTS = parse(os.environ.get("SKULK_FAULTS", ""))
 ENABLED = bool(_FAULTS)
 """False in production: hot paths skip building the phase name at all."""
+_PACED: set[tuple[str, str]] = set()  # `pace` faults already logged
 
 
 def inject(role: str, phase: str) -> None:
     """Carry out the fault configured for (role, phase), if any."""
     action = _FAULTS.get((role, phase))
     if action is None:
+        return
+    if action.startswith("pace:"):
+        if (role, phase) not in _PACED:
+            _PACED.add((role, phase))
+            log.warning("FAULT INJECTION: %s at every %s -> %s", role, phase, action)
+        threading.Event().wait(float(action.split(":", 1)[1]))
         return
     log.warning("FAULT INJECTION: %s at %s -> %s", role, phase, action)
     if action == "crash":

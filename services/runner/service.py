@@ -229,6 +229,7 @@ class Runner:
             if plan.step.inserts:
                 faults.inject("runner", "prefill")
             faults.inject("runner", f"decode:{plan.step.seq}")
+            faults.inject("runner", "step")
         outs = self.batcher.run_step(time.monotonic)
         oldest = next(iter(self.batcher.running.values()), None)
         self.observer.step_ended(self.batcher.last_prefilling, self.batcher.last_tokens, len(self.batcher.running),

@@ -119,7 +119,9 @@ def test_every_client_shape_goes_on_after_its_runner_is_killed_mid_answer(nodes,
                           str(SHAPE_TOKENS), json.dumps([SHAPE_PROMPT])], capture_output=True, text=True,
                          timeout=patience(100), check=True)
     (ref,) = json.loads(out.stdout)
-    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    # Each step 10 ms longer: a 300-token answer takes 3 s, so the kill at the first text lands
+    # mid-answer however late a busy machine lets the client see that text and find the runner.
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model}, env={"SKULK_FAULTS": "runner@step=pace:0.01"})
     wait_model_ready(node)
     assert http_json(f"{node.url}/place_instance", {"model_id": MODEL})[0] == 200
     wait_until(node, lambda: len(ready_instances(node)) == 2, 60, "two instances ready")
