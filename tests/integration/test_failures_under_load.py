@@ -115,7 +115,9 @@ def test_sigabrt_of_one_runner_under_many_long_requests(nodes, demo_model):
         clients = load(node, streams=6, plain=2, max_tokens=1000)
         producing(clients, node)  # (under CPU contention the two instances' streams need not overlap)
         seen_at = time.monotonic()
-        victim, victim_instance = next(iter(running_runners(node).items()))
+        # (a runner's report of its batch follows its first tokens: at most 50 ms, on a busy machine more)
+        busy = wait_until(node, lambda: running_runners(node), 10, "a runner reporting requests in hand")
+        victim, victim_instance = next(iter(busy.items()))
         before = node.status()
         pid = before[victim].pid
         fault_at = time.monotonic()
