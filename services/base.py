@@ -33,7 +33,7 @@ from skulk.wire.control import ChildReady, Heartbeat
 from skulk.wire.errors import WireError
 from skulk.wire.events import ServiceStatus
 from skulk.wire.message import Message
-from skulk.wire.sockets import make_socket, publish, send
+from skulk.wire.sockets import BusPublisher, make_socket, send
 from skulk.wire.topics import EVT_SERVICE, Topic
 
 log = logging.getLogger("skulk.service")
@@ -65,8 +65,7 @@ class ChildRuntime:
         self.ctx = ctx or zmq.Context.instance()
         self.notify = make_socket(self.ctx, zmq.PUSH, hwm=100,
                                   connect=endpoints.supervisor_notify(args.run_dir))
-        self.bus = make_socket(self.ctx, zmq.PUB, hwm=1000,
-                               connect=endpoints.bus_in(args.run_dir))
+        self.bus = BusPublisher(self.ctx, endpoints.bus_in(args.run_dir), hwm=1000)
         self._beat_seq = 0
         self._beat_at = 0.0  # monotonic time of the last beat sent (told when the role stops)
         self._beats_dropped = 0  # beats the supervisor's socket would not take (zmq.Again)
@@ -98,7 +97,7 @@ class ChildRuntime:
         return f"last heartbeat #{self._beat_seq} sent {now - self._beat_at:.1f}s ago{dropped}"
 
     def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
-        publish(self.bus, topic, msg, suffix)
+        self.bus.publish(topic, msg, suffix)
 
     def publish_status(self, detail: str, now: float) -> None:
         """One ServiceStatus on the bus (callers pace it every STATUS_INTERVAL_S)."""
@@ -165,6 +164,7 @@ class ServiceLoop:
         # during our imports is delivered now, to the handler above.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, DEFERRED_SIGNALS)
         self.add_reader(self._wake_r, self._on_signal)
+        self.add_reader(runtime.bus.sock, lambda _s: runtime.bus.on_readable())  # held events out once joined
         self.every(runtime.args.heartbeat_s, runtime.beat)
         self.every(min(runtime.args.heartbeat_s, 1.0), self._check_parent)
         self._refusals = refusals.Refusals(f"{runtime.args.child_id}: bad frames", log)

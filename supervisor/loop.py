@@ -35,7 +35,7 @@ from skulk.wire.control import AdminCommand, AdminReply, AdminVerb, ChildReady, 
 from skulk.wire.errors import WireError
 from skulk.wire.events import ChildLifecycle, LifecycleEvent
 from skulk.wire.refusals import Refusals, peer_of
-from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, publish, recv_routed, send_routed
+from skulk.wire.sockets import BusPublisher, RoutedDecodeError, drain, make_socket, recv_routed, send_routed
 from skulk.wire.topics import EVT_SUPERVISOR
 
 log = logging.getLogger("skulk.supervisor")
@@ -144,7 +144,7 @@ class NodeLoop:
 
     def _emit(self, child_id: str, sup: str, event: LifecycleEvent, pid: int | None, restarts: int,
               detail: str, exit_code: int | None = None) -> None:
-        publish(self.events, EVT_SUPERVISOR, ChildLifecycle(
+        self.events.publish(EVT_SUPERVISOR, ChildLifecycle(
             child_id=child_id, supervisor=sup, event=event, pid=pid, restarts=restarts,
             detail=detail, exit_code=exit_code), suffix=child_id)
 
@@ -158,7 +158,7 @@ class NodeLoop:
                                    bind=endpoints.supervisor_control(self.run_dir))
         self.notify = make_socket(self.ctx, zmq.PULL, hwm=10000,
                                   bind=endpoints.supervisor_notify(self.run_dir))
-        self.events = make_socket(self.ctx, zmq.PUB, connect=endpoints.bus_in(self.run_dir))
+        self.events = BusPublisher(self.ctx, endpoints.bus_in(self.run_dir))  # holds its events until the bus is up
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -169,6 +169,7 @@ class NodeLoop:
         poller.register(self.control, zmq.POLLIN)
         poller.register(self.notify, zmq.POLLIN)
         poller.register(wake_r.fileno(), zmq.POLLIN)
+        poller.register(self.events.sock, zmq.POLLIN)
         self._start_zygote(wake_r.fileno())
         self.root = Supervisor(self.spec, self._spawn, self._emit, self._root_done, probe=self.probe.progress)
         if self.expect_runner:
@@ -194,6 +195,8 @@ class NodeLoop:
                 self._reap(now)
                 if self.notify in ready:
                     self._drain_notify(now)
+                if self.events.sock in ready:
+                    self.events.on_readable()
                 if self.control in ready:
                     self._drain_control(now)
                 self._drain_tick(now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -81,6 +82,59 @@ def publish(sock: zmq.Socket[Any], topic: Topic, msg: Message, suffix: str = "")
         sock.send_multipart([topic.prefix + suffix.encode(), codec.encode(msg)], zmq.NOBLOCK)
     except zmq.Again:
         pass
+
+
+HELD_MAX = 1000
+"""Messages a bus publisher keeps while the bus has not yet subscribed (the newest kept)."""
+
+
+class BusPublisher:
+    """A process's publisher into its node's bus: an XPUB connected to the bus's XSUB.
+
+    ZeroMQ connects in the background, and a publisher drops whatever it sends before the bus's
+    subscription has reached it: a role's first events were lost so (a runner's `load_model`
+    flight entry, the supervisor's events of a crash loop run right after its start). An XPUB
+    sees that subscription arrive; until it has, messages are held (at most `HELD_MAX`, in
+    order) and go out at the next send or when the owner's loop finds this socket readable
+    (`on_readable`). Subscriptions are read as they come and dropped (an XPUB would otherwise
+    keep them all). Never blocks; once joined, it drops at its high-water mark as PUB does."""
+
+    def __init__(self, ctx: zmq.Context[Any], endpoint: str, hwm: int = DEFAULT_HWM) -> None:
+        self.sock = make_socket(ctx, zmq.XPUB, hwm=hwm, connect=endpoint)
+        self.joined = False
+        self._held: deque[list[bytes]] = deque(maxlen=HELD_MAX)
+
+    def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
+        """`[topic, payload]`, as `publish` does, held while the bus has not subscribed."""
+        if not topic.allows(msg):
+            raise TopicMismatch(f"{msg.TYPE} is not declared on topic {topic.prefix!r}")
+        frames = [topic.prefix + suffix.encode(), codec.encode(msg)]
+        self.on_readable()
+        if self.joined:
+            self._send(frames)
+        else:
+            self._held.append(frames)
+
+    def on_readable(self) -> None:
+        """Read the subscriptions that came; once the first has, send what was held."""
+        while cast(int, self.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            try:
+                self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.joined = True
+        while self.joined and self._held:
+            self._send(self._held.popleft())
+
+    def _send(self, frames: list[bytes]) -> None:
+        try:
+            self.sock.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def close(self, linger: int = 0) -> None:
+        self.on_readable()
+        self.sock.close(linger=linger)
 
 
 def recv_published(sock: zmq.Socket[Any], *, flags: int = 0) -> tuple[bytes, Message]:

@@ -49,7 +49,7 @@ from skulk.wire.flight import FlightEntry, Phase
 from skulk.wire.inference import Cancel, Done, Embed, Failed, FailReason, Generate, Started
 from skulk.wire.models import EngineKind
 from skulk.wire.refusals import Refusals, peer_of
-from skulk.wire.sockets import RoutedDecodeError, drain, make_socket, publish, recv_routed, send_routed
+from skulk.wire.sockets import BusPublisher, RoutedDecodeError, drain, make_socket, recv_routed, send_routed
 from skulk.wire.topics import EVT_FLIGHT, EVT_RUNNER
 
 log = logging.getLogger("skulk.runner")
@@ -85,12 +85,12 @@ class Runner:
                                traces=traces)
         sharded = self.ring is not None
         # The stall watch publishes and beats from its own thread, so on its own sockets.
-        stall_sock = make_socket(loop.ctx, zmq.PUB, hwm=100, connect=endpoints.bus_in(loop.rt.args.run_dir))
+        stall_sock = BusPublisher(loop.ctx, endpoints.bus_in(loop.rt.args.run_dir), hwm=100)
         self.step_beats = StepBeats(loop.ctx, loop.rt.args.run_dir, loop.rt.args.child_id)
         self.observer = Observer(
             Ident(place.runner_id, place.instance_id, place.model_id, place.node_id, place.rank, max(1, len(hosts))),
             traces,
-            self.publish_entry, lambda e: publish(stall_sock, EVT_FLIGHT, e, place.runner_id), sharded,
+            self.publish_entry, lambda e: stall_sock.publish(EVT_FLIGHT, e, place.runner_id), sharded,
             self.step_beats.send)
         self.stall_sock = stall_sock
         self.leader: lockstep.Leader | None = None
@@ -109,7 +109,7 @@ class Runner:
     # ---- status ---------------------------------------------------------------------------
     def shutdown(self) -> None:
         self.observer.shutdown()
-        self.stall_sock.close(0)  # its thread has ended
+        self.stall_sock.close()  # its thread has ended
         self.step_beats.close()
 
     def publish_entry(self, entry: FlightEntry) -> None:

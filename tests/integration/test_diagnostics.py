@@ -86,6 +86,8 @@ def test_health_flips_during_a_real_stream_and_the_diagnostics_cancel_it(nodes, 
     assert mine["processAlive"] and mine["pid"] and mine["statusKind"] in ("RunnerReady", "RunnerRunning")
     assert mine["waiting"] == 0 and mine["modelId"] == MODEL and mine["flightRecorder"]
     assert mine["phase"] in ("decode_stream", "prefill_stream", "decode_wait_first_token"), mine["phase"]
+    # from its very first entry: what a runner says while its bus link is still joining is held, not lost
+    assert mine["flightRecorder"][0]["event"] == "created", mine["flightRecorder"][:3]
     assert [e["phase"] for e in mine["flightRecorder"]].count("load_model") >= 1
     services = {p["service"] for p in diag["processes"]}
     assert {"supervisor", "api", "api worker", "runner", "master", "bus"} <= services
