@@ -48,6 +48,13 @@ def print_report(model: str, ns: argparse.Namespace, levels: list[int], mode: st
         errs = "/".join(str(sum(getattr(x, k) for by_c in runs.values() for x in by_c.get(c, [])))
                         for k in ("errors", "withheld"))
         print(f"  {c:>3} | " + " | ".join(cells) + f" | {rat[0]} {rat[1]} | {errs}")
+    # Greedy answers to one prompt end at different lengths on different servers (near-ties flip with
+    # the batch shape), which moves the aggregates above; each client's own decode rate does not.
+    print("  per-client decode tok/s (first to last content chunk), tokens per client in brackets:")
+    for c in levels:
+        cells = [f"{n} {fmt(val(n, c, 'decode'), '.1f', 6)} ({fmt(val(n, c, 'tokens'), '.0f', 1)})" for n in names]
+        print(f"  {c:>3} | " + " | ".join(cells)
+              + f" | ratio {fmt(ratio(val(SKULK, c, 'decode'), val(base, c, 'decode')), '.3f', 5)}")
     agg8, ttft8 = ratio(val(SKULK, 8, "agg"), val(base, 8, "agg")), ratio(val(SKULK, 8, "p50"), val(base, 8, "p50"))
     if base == LLAMA_SERVER:  # the single stream against llama-server's own C=1 decode
         sg, against = val(base, 1, "decode"), "llama-server C=1 decode"

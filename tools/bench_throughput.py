@@ -306,8 +306,8 @@ def bench_model(model_dir: Path, root: Path, ns: argparse.Namespace, levels: lis
         lv = run_level(s.port, s.model, prompts[(c, r)], ns.tokens)
         runs[s.name][c].append(lv)
         print(f"  {s.name:<13} C={c:<3} run {r + 1}: {lv.agg:8.1f} tok/s  TTFT p50 {lv.p50:.3f}s "
-              f"p90 {lv.p90:.3f}s  per client {lv.tokens:.0f} tokens {lv.chunks:.0f} chunks  "
-              f"withheld {lv.withheld}  errors {lv.errors}", flush=True)
+              f"p90 {lv.p90:.3f}s  per client {lv.tokens:.0f} tokens {lv.chunks:.0f} chunks, "
+              f"decode {lv.decode:.1f} tok/s  withheld {lv.withheld}  errors {lv.errors}", flush=True)
 
     sg = None
     try:
