@@ -19,7 +19,9 @@ weights often emit them) has no TTFT to see: TTFT percentiles leave it out and c
 Levels alternate between the servers so machine drift hits both (if an idle server uses CPU,
 they run one after the other, each alone, and the output says so). Medians over --repeats. Also:
 single-stream in-process `mlx_lm.stream_generate` vs Skulk's C=1 decode rate (client-side, first
-to last content chunk). It prints figures and targets; it asserts none. GPUs: docs/operations.md.
+to last content chunk), and per level each client's decode rate beside the aggregate (servers'
+greedy answers to one prompt may end at different lengths, which moves aggregates, not decode
+rates). It prints figures and targets; it asserts none. GPUs: docs/operations.md.
 
 `--engine llama_cpp` (a model imported from GGUF, e.g. `--sizes smollm2`): the Skulk node runs
 the llama.cpp engine on the directory's `model.gguf`, and the baseline is llama.cpp's own
