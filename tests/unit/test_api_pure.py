@@ -13,8 +13,8 @@ from skulk.services.api.dialects import adapter as sse
 from skulk.services.api.dialects import openai_chat as fmt
 from skulk.services.api.dialects.fields import ApiError
 from skulk.services.api.dialects.openai_chat import parse
-from skulk.services.api.generate.generation import GenerationError
-from skulk.services.api.generate.generation import context_checked as check_context
+from skulk.services.api.generate.errors import GenerationError
+from skulk.services.api.generate.errors import context_checked as check_context
 from skulk.services.api.observe.state_json import runner_json, state_json
 from skulk.services.runner.stops import StopMatcher
 from skulk.wire.inference import Done, TokenChunk, TopLogprob

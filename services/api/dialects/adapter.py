@@ -13,7 +13,9 @@ from typing import Any
 import falcon
 
 from skulk.cluster.state import TaskParams
-from skulk.services.api.generate.generation import Generation, GenerationError, Stream, collect, fail_status
+from skulk.services.api.generate.errors import GenerationError, fail_status
+from skulk.services.api.generate.generation import Generation
+from skulk.services.api.generate.stream import Stream, collect
 from skulk.services.api.http.errors import ApiError, http_error
 from skulk.services.api.http.request_body import check_messages, json_body
 from skulk.wire.inference import Done, Failed, TokenChunk

@@ -32,7 +32,9 @@ from skulk.services.api.dialects.fields import (
     require_object,
     stops_of,
 )
-from skulk.services.api.generate.generation import Generation, Stream, fail_status
+from skulk.services.api.generate.errors import fail_status
+from skulk.services.api.generate.generation import Generation
+from skulk.services.api.generate.stream import Stream
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.errors import anthropic_error
 from skulk.services.api.http.schema import INTEGER, STRING, TEXT, Schema, array, enum, nullable, obj, one_of, ranged

@@ -28,7 +28,9 @@ from skulk.services.api.dialects.fields import (
     sampling,
     stops_of,
 )
-from skulk.services.api.generate.generation import Generation, Stream, fail_status
+from skulk.services.api.generate.errors import fail_status
+from skulk.services.api.generate.generation import Generation
+from skulk.services.api.generate.stream import Stream
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.errors import http_error
 from skulk.services.api.http.request_body import json_body

@@ -21,7 +21,7 @@ from typing import Any
 import falcon
 
 from skulk.cluster.replica import StateReplica
-from skulk.services.api.generate.generation import fail_status
+from skulk.services.api.generate.errors import fail_status
 from skulk.services.api.http.cluster_replies import state_or_503
 from skulk.services.api.http.errors import ApiError, http_error
 from skulk.services.api.http.request_body import json_body

@@ -35,7 +35,8 @@ from skulk.services.api.dialects.fields import (
     stops_of,
 )
 from skulk.services.api.dialects.models import Catalog
-from skulk.services.api.generate.generation import Generation, Stream
+from skulk.services.api.generate.generation import Generation
+from skulk.services.api.generate.stream import Stream
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.declare import NDJSON
 from skulk.services.api.http.errors import http_error

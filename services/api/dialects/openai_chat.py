@@ -41,7 +41,9 @@ from skulk.services.api.dialects.fields import (
     sampling,
     stops_of,
 )
-from skulk.services.api.generate.generation import Generation, Stream, fail_status
+from skulk.services.api.generate.errors import fail_status
+from skulk.services.api.generate.generation import Generation
+from skulk.services.api.generate.stream import Stream
 from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.http.schema import (
     INTEGER,

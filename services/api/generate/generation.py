@@ -1,14 +1,11 @@
-"""The one generation path of the API: check, route, admit, stream typed events, finish or cancel.
+"""The one generation path of the API: check, route, admit, and hand back a `Stream`.
 
 Every wire shape (OpenAI chat and legacy completions, OpenAI Responses, Anthropic Messages,
 Ollama) is an adapter: it parses its body into `TaskParams`, calls `Generation.open`, and
-renders the `Event`s of the returned `Stream` in its own framing. What can go wrong is typed:
-`GenerationError` before the stream (a status and a reason), `Failed.reason` inside it; the
-adapters choose their error shapes on those values, never on the message text.
-
-A `Stream` owns the request's bookkeeping: however it ends (done, failed, cancelled, or the
-client went away and the framework closed the generator) the runner is told to drop an
-abandoned request and the master is told how the task ended.
+renders the `Event`s of the returned `Stream` (`stream.py`) in its own framing. What can go
+wrong is typed (`errors.py`): `GenerationError` before the stream (a status and a reason),
+`Failed.reason` inside it. `Generation` also reopens a lost answer elsewhere for its stream and
+tells the master how each task ended.
 """
 
 from __future__ import annotations
@@ -18,21 +15,19 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Generator, Iterator
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeAlias, cast
 
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import TaskParams
-from skulk.node import logctx
 from skulk.node.metrics import INTERNAL_ERROR
 from skulk.node.trace_files import now_us
 from skulk.services.api.generate import resume
+from skulk.services.api.generate.errors import GenerationError, context_checked, fail_status
 from skulk.services.api.generate.metering import ApiShape, StreamMeter
 from skulk.services.api.generate.request_trace import RequestTrace
-from skulk.services.api.generate.timing import KeepAlive, StreamTiming
+from skulk.services.api.generate.stream import Event, Stream, bound, without_started
+from skulk.services.api.generate.timing import KeepAlive
 from skulk.services.api.links.event_log import EventRecorder
 from skulk.services.api.links.master_client import THROUGH_FAILOVER, MasterClient, MasterUnavailable
 from skulk.services.api.links.runner_link import RunnerLink
@@ -45,153 +40,9 @@ from skulk.wire.commands import (
     TaskFinished,
     TextGeneration,
 )
-from skulk.wire.inference import Done, Failed, FailReason, Progress, Started, TokenChunk
+from skulk.wire.inference import Done, Failed, FailReason, Started
 
 log = logging.getLogger("skulk.api.generation")
-
-Event: TypeAlias = KeepAlive | Progress | TokenChunk | Done | Failed
-"""What a stream yields after admission: keep-alives, prefill progress, tokens, then exactly
-one `Done` or `Failed`."""
-
-FAIL_STATUS: dict[str, int] = {FailReason.BUSY: 503, FailReason.CONTEXT_LENGTH_EXCEEDED: 400,
-                               FailReason.BAD_REQUEST: 400, FailReason.SESSION_CHANGED: 503,
-                               FailReason.CANCELLED: 499, FailReason.PREEMPTED: 503}
-"""The HTTP status of a failure, by its reason (anything else: 500, in the error envelope)."""
-
-
-def fail_status(reason: str) -> int:
-    return FAIL_STATUS.get(reason, 500)
-
-
-class GenerationError(Exception):
-    """The request is refused before any output: `status` for HTTP, `reason` for the adapter
-    (a FailReason, a RejectReason, or "invalid_request" / "not_found" from the checks here)."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
-
-
-def context_checked(params: TaskParams, context_limit: int, default_max: int = 4096) -> TaskParams:
-    """Fill the default output budget (`api.max_output_tokens`), or refuse a max_tokens the
-    model cannot hold."""
-    if params.max_tokens == 0:
-        budget = min(default_max, context_limit) if context_limit > 0 else default_max
-        return replace(params, max_tokens=max(1, budget))
-    if context_limit > 0 and params.max_tokens > context_limit:
-        raise GenerationError(400, FailReason.CONTEXT_LENGTH_EXCEEDED,
-                              f"context_length_exceeded: max_tokens ({params.max_tokens}) cannot fit "
-                              f"within this model's usable context limit of {context_limit} tokens; "
-                              "lower max_tokens or place the model with more memory")
-    return params
-
-
-@dataclass
-class Stream:
-    """One admitted request. Iterate it once; `prompt_tokens` is known from admission."""
-
-    generation: Generation
-    routed: Routed
-    params: TaskParams
-    prompt_tokens: int
-    created: int
-    _events: Iterator[Event]
-    _outcome: Failed | Done | None = None
-    _closed: bool = False
-    meter: StreamMeter | None = None  # the request's metrics (`metering.py`), set by `open`
-    trace: RequestTrace | None = None  # the API's spans when the task is traced (`request_trace.py`)
-    default_budget: bool = False  # the client gave no max_tokens (a continuation asks the same)
-    sent: dict[int, int] = field(default_factory=dict)  # the answer's tokens passed on, by index
-    resumes: int = 0  # continuations on another instance so far (`resume.py`)
-
-    @property
-    def command_id(self) -> str:
-        return self.routed.command_id
-
-    def __iter__(self) -> Iterator[Event]:
-        try:
-            while True:
-                with _bound(self.routed):  # around each step, never across a yield
-                    event = next(self._events, None)
-                if event is None:
-                    return
-                if isinstance(event, Failed) and resume.resumable(event, self.resumes, self._timing.resume_attempts):
-                    if (yield from self._resume(event)):
-                        continue
-                if isinstance(event, (Done, Failed)):
-                    self._outcome = event
-                if self.meter is not None:
-                    self.meter.saw(event, time.monotonic())
-                if isinstance(event, TokenChunk):
-                    if event.index:
-                        self.sent[event.index] = event.token
-                    else:  # a runner of an older version: what was sent cannot be continued exactly
-                        self.sent[-1] = event.token
-                    if self.trace is not None:
-                        self.trace.chunk()
-                    if self.generation.events is not None:
-                        self.generation.events.chunk(self.routed, self.params.model, event)
-                yield event
-                if self._outcome is not None:
-                    return
-        finally:
-            self.close()
-
-    @property
-    def _timing(self) -> StreamTiming:
-        return self.generation.runners.timing
-
-    def _resume(self, failed: Failed) -> Generator[Event, None, bool]:
-        """Go on with the answer on another serving instance (True), keep-alives meanwhile, or
-        give up (False: the client gets `failed`). The lost task is recorded as failed."""
-        tokens = resume.continuation(self.sent)
-        if tokens is None or len(tokens) >= self.params.max_tokens:
-            return False
-        self.resumes += 1
-        gen = self.generation
-        with _bound(self.routed):
-            log.warning("request %s: %s after %d tokens; going on elsewhere (attempt %d of %d)",
-                        self.command_id, failed.reason, len(tokens), self.resumes, self._timing.resume_attempts)
-            gen.finished(self.routed, failed)
-        params = replace(self.params, continuation=tokens)
-        deadline = time.monotonic() + self._timing.resume_wait_s
-        while True:
-            opened = gen.reopen(params, self.default_budget)
-            if isinstance(opened, tuple):
-                self.routed, self._events = opened
-                with _bound(self.routed):
-                    log.info("request %s: resumed on %s of instance %s", self.routed.command_id,
-                             self.routed.runner_id, self.routed.instance_id)
-                return True
-            if not opened or time.monotonic() >= deadline:
-                log.warning("request %s: no instance to go on with (%s)", self.command_id,
-                            f"waited {self._timing.resume_wait_s:.0f}s" if opened else "refused")
-                return False
-            yield KeepAlive()
-            state = gen.replica.get(timeout=0)
-            gen.replica.wait_change(state.last_event_applied_idx if state else -1,
-                                    min(1.0, max(0.0, deadline - time.monotonic())))
-
-    def close(self) -> None:
-        """The bookkeeping, once: drop an abandoned request at its runner, tell the master."""
-        if self._closed:
-            return
-        self._closed = True
-        outcome = self._outcome
-        with _bound(self.routed):
-            if outcome is None:  # the client went away (or the server is stopping)
-                log.info("request %s: client gone, cancelling", self.command_id)
-                self.generation.runners.cancel(self.routed.endpoint, self.command_id)
-            else:
-                log.info("request %s: %s", self.command_id, _describe(outcome))
-            self.generation.finished(self.routed, outcome)
-        if self.meter is not None:
-            self.meter.closed(outcome)
-        if self.generation.events is not None:
-            self.generation.events.ended(self.routed, self.params.model, outcome, self.prompt_tokens)
-        if self.trace is not None:
-            self.trace.closed("cancelled" if outcome is None else
-                              outcome.reason if isinstance(outcome, Failed) else outcome.finish_reason)
 
 
 class Generation:
@@ -277,7 +128,7 @@ class Generation:
         if isinstance(routed, CommandRejected):
             raise GenerationError(routed.status, routed.reason, routed.message)
         assert isinstance(routed, Routed)
-        with _bound(routed):
+        with bound(routed):
             log.info("request %s: routed to %s of instance %s", routed.command_id, routed.runner_id,
                      routed.instance_id)
             if self.events is not None:
@@ -320,7 +171,7 @@ class Generation:
             prompt_tokens = first.prompt_tokens
             if trace is not None:
                 trace.admitted(prompt_tokens)
-        return Stream(self, routed, params, prompt_tokens, int(time.time()), _without_started(rest),
+        return Stream(self, routed, params, prompt_tokens, int(time.time()), without_started(rest),
                       default_budget=default_budget)
 
     def _first_answer(self, routed: Routed, params: TaskParams,
@@ -357,7 +208,7 @@ class Generation:
         if isinstance(first, Failed):
             self.finished(routed, first)
             return first.reason in resume.RESUMABLE or first.reason == FailReason.BUSY
-        return routed, _without_started(rest)
+        return routed, without_started(rest)
 
     def finished(self, routed: Routed, outcome: Done | Failed | None) -> None:
         """Tell the master how the task ended (without waiting: the client has its answer)."""
@@ -371,31 +222,3 @@ class Generation:
                                failed=failed, error_message=outcome.error if isinstance(outcome, Failed) else "",
                                reason=outcome.reason if isinstance(outcome, Failed) else "")
         self.master.tell(cmd)
-
-
-def _bound(routed: Routed) -> AbstractContextManager[None]:
-    """The request's ids on every log line of this block (`node/logctx.py`)."""
-    return logctx.bind(command_id=routed.command_id, task_id=routed.task_id)
-
-
-def _describe(outcome: Done | Failed) -> str:
-    if isinstance(outcome, Failed):
-        return f"failed ({outcome.reason}): {outcome.error}"
-    return f"done ({outcome.finish_reason}), {outcome.prompt_tokens} prompt + {outcome.completion_tokens} tokens"
-
-
-def _without_started(events: Iterator[object]) -> Iterator[Event]:
-    for event in events:
-        if not isinstance(event, Started):
-            yield cast(Event, event)  # a runner's reply stream is Started, then `Event`s (`RunnerLink.stream`)
-
-
-def collect(stream: Stream) -> tuple[list[TokenChunk], Done | Failed]:
-    """A non-streaming response's material: every token chunk and the outcome."""
-    chunks: list[TokenChunk] = []
-    for event in stream:
-        if isinstance(event, TokenChunk):
-            chunks.append(event)
-        elif isinstance(event, (Done, Failed)):
-            return chunks, event
-    raise GenerationError(500, FailReason.ENGINE_ERROR, "the stream ended without an outcome")
