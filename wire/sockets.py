@@ -74,14 +74,23 @@ def recv(sock: zmq.Socket[Any], *, flags: int = 0) -> Message:
     return codec.decode(frames[0])
 
 
-def publish(sock: zmq.Socket[Any], topic: Topic, msg: Message, suffix: str = "") -> None:
-    """PUB `[topic, payload]`, never blocking: PUB drops at its HWM by design."""
+def published_frames(topic: Topic, msg: Message, suffix: str = "") -> list[bytes]:
+    """`[topic, payload]` of a message on a PUB/SUB topic that declares its type."""
     if not topic.allows(msg):
         raise TopicMismatch(f"{msg.TYPE} is not declared on topic {topic.prefix!r}")
+    return [topic.prefix + suffix.encode(), codec.encode(msg)]
+
+
+def _send_or_drop(sock: zmq.Socket[Any], frames: list[bytes]) -> None:
     try:
-        sock.send_multipart([topic.prefix + suffix.encode(), codec.encode(msg)], zmq.NOBLOCK)
+        sock.send_multipart(frames, zmq.NOBLOCK)
     except zmq.Again:
         pass
+
+
+def publish(sock: zmq.Socket[Any], topic: Topic, msg: Message, suffix: str = "") -> None:
+    """PUB `[topic, payload]`, never blocking: PUB drops at its HWM by design."""
+    _send_or_drop(sock, published_frames(topic, msg, suffix))
 
 
 HELD_MAX = 1000
@@ -106,12 +115,10 @@ class BusPublisher:
 
     def publish(self, topic: Topic, msg: Message, suffix: str = "") -> None:
         """`[topic, payload]`, as `publish` does, held while the bus has not subscribed."""
-        if not topic.allows(msg):
-            raise TopicMismatch(f"{msg.TYPE} is not declared on topic {topic.prefix!r}")
-        frames = [topic.prefix + suffix.encode(), codec.encode(msg)]
+        frames = published_frames(topic, msg, suffix)
         self.on_readable()
         if self.joined:
-            self._send(frames)
+            _send_or_drop(self.sock, frames)
         else:
             self._held.append(frames)
 
@@ -124,13 +131,7 @@ class BusPublisher:
                 break
             self.joined = True
         while self.joined and self._held:
-            self._send(self._held.popleft())
-
-    def _send(self, frames: list[bytes]) -> None:
-        try:
-            self.sock.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.Again:
-            pass
+            _send_or_drop(self.sock, self._held.popleft())
 
     def close(self, linger: int = 0) -> None:
         self.on_readable()
