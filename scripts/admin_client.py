@@ -1,4 +1,9 @@
-"""Talk to a node's supervisor control socket (Lazy Pirate: poll, retry on a fresh socket)."""
+"""Talk to a node's supervisor control socket (Lazy Pirate: poll, retry on a fresh socket).
+
+A request the supervisor had received but not answered is gone when its link drops (the node
+exec'ing in place for a restart, or dying): REQ never sends it again. Each try therefore watches
+its link as well as the reply, and a drop starts the next try at once instead of waiting out the
+try's deadline, which for a `wait` is the command's own wait time."""
 
 from __future__ import annotations
 
@@ -24,9 +29,10 @@ def request(home: Path, cmd: AdminCommand, *, timeout_s: float = 5.0, retries: i
     per_try_ms = int((timeout_s + max(cmd.timeout_s, 0.0)) * 1000)
     for _ in range(max(1, retries)):
         sock = make_socket(ctx, zmq.REQ, connect=endpoint)
+        link = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         try:
             send(sock, cmd)
-            if sock.poll(per_try_ms, zmq.POLLIN):
+            if _answered(sock, link, per_try_ms):
                 reply = recv(sock)
                 if not isinstance(reply, AdminReply):
                     raise NodeUnreachable(f"unexpected reply {reply.TYPE}")
@@ -34,8 +40,20 @@ def request(home: Path, cmd: AdminCommand, *, timeout_s: float = 5.0, retries: i
         except WireError as exc:
             raise NodeUnreachable(f"bad reply from node: {exc}") from None
         finally:
+            sock.disable_monitor()
+            link.close(0)
             sock.close(0)
     raise NodeUnreachable(f"no answer from the node at {home} ({endpoint})")
+
+
+def _answered(sock: zmq.Socket[Any], link: zmq.Socket[Any], timeout_ms: int) -> bool:
+    """Whether the reply came within `timeout_ms`; False at once when the link drops first (the
+    request is lost with it; a reply already queued is still read)."""
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(link, zmq.POLLIN)
+    ready = dict(poller.poll(timeout_ms))
+    return sock in ready
 
 
 def format_status(reply: AdminReply) -> str:
