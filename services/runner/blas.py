@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 log = logging.getLogger("skulk.runner")
@@ -19,6 +21,7 @@ OPENBLAS_PATHS = ("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
 
 
 _preloaded: list[str | None] = []
+_library: list[ctypes.CDLL] = []
 """What this process preloaded, once: a standby runner (`supervisor/zygote.py`) preloads before it
 imports mlx, and the runner it becomes asks again."""
 
@@ -33,10 +36,39 @@ def preload_blas() -> str | None:
     for path in OPENBLAS_PATHS:
         if Path(path).exists():
             try:
-                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                _library.append(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))
                 found = path
                 break
             except OSError as exc:
                 log.warning("could not preload %s: %s", path, exc)
     _preloaded.append(found)
     return found
+
+
+def threads_beside_ranks(cores: int, hosts: Collection[str], here: Collection[str], given: int) -> int | None:
+    """OpenBLAS threads for one rank of a sharded instance whose other ranks may share this
+    machine (several nodes on one machine): its cores split evenly among the ranks on it, since
+    OpenBLAS's threads spin while they wait, and two ranks each spinning on every core starve
+    each other (8 rows a step over a tensor ring on 2 cores: 6x slower). `hosts` are the ring's
+    `host:port` addresses, `here` this machine's addresses, `given` the node environment's
+    `OPENBLAS_NUM_THREADS` (0 if unset): an operator's number is kept. None: leave OpenBLAS be."""
+    if given > 0:
+        return None
+    local = sum(1 for h in hosts if h.rpartition(":")[0].strip("[]") in here)
+    return max(1, cores // local) if local > 1 else None
+
+
+def set_threads(n: int) -> bool:
+    """`openblas_set_num_threads(n)` on the preloaded OpenBLAS; call it before the first matmul
+    (mlx may run one on its own thread later). False where OpenBLAS was not preloaded."""
+    if not _library:
+        return False
+    try:
+        _library[0].openblas_set_num_threads(ctypes.c_int(n))
+    except AttributeError:
+        return False
+    return True
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from skulk.node import exitcodes
 from skulk.node.model_cards import LLAMA_LAYOUT
-from skulk.services.runner import fp32_cache, llama_split
+from skulk.services.runner import blas, fp32_cache, llama_split
+from skulk.services.runner.cpu_linear import blas_threads
 from skulk.services.runner.deadline import Deadline
 from skulk.services.runner.quant_path import QuantMode
 from skulk.wire.accelerator import gather
@@ -122,6 +125,7 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     from mlx_lm.utils import load_tokenizer
 
     group = connect_group(ring)
+    shared = _share_cores(ring) if mx.default_device() == mx.cpu else ""
     model, config = mlx_load_model(model_dir, lazy=True, strict=False)
     tokenizer = load_tokenizer(model_dir, {"trust_remote_code": True},
                                eos_token_ids=config.get("eos_token_id"))
@@ -150,8 +154,18 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))  # every rank loaded
     path = f"{ring.sharding} rank {ring.rank}/{len(ring.hosts)} " + (
         "cpu fp32" + (" (dequantized)" if dequantized else "") if mx.default_device() == mx.cpu
-        else str(mx.default_device()))
+        else str(mx.default_device())) + shared
     return model, tokenizer, path
+
+
+def _share_cores(ring: Ring) -> str:
+    """The rank's BLAS threads where other ranks of its ring run on this machine (`blas`); what
+    the engine path says of it ("" where nothing was set)."""
+    here = {a.address.split("%", 1)[0] for nics in psutil.net_if_addrs().values() for a in nics}
+    threads = blas.threads_beside_ranks(blas.usable_cores(), ring.hosts, here, blas_threads())
+    if threads is None or not blas.set_threads(threads):
+        return ""
+    return f", {threads} BLAS thread(s): ranks share this machine"
 
 
 def quantized(config: dict[str, Any]) -> bool:

@@ -1,0 +1,48 @@
+"""How many OpenBLAS threads a rank of a sharded instance takes when other ranks of its ring
+run on the same machine (several nodes on one machine): the pure decision, and the setter on
+the real preloaded OpenBLAS where this machine has it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skulk.services.runner.blas import OPENBLAS_PATHS, threads_beside_ranks
+
+HERE = {"127.0.0.1", "::1", "10.0.0.5"}
+
+
+def test_ranks_on_one_machine_split_its_cores_evenly() -> None:
+    assert threads_beside_ranks(2, ["127.0.0.1:5000", "127.0.0.1:5001"], HERE, 0) == 1
+    assert threads_beside_ranks(8, ["10.0.0.5:1", "127.0.0.1:2", "10.0.0.9:3"], HERE, 0) == 4
+    assert threads_beside_ranks(16, ["[::1]:1", "[::1]:2", "[::1]:3", "[::1]:4"], HERE, 0) == 4
+
+
+def test_more_ranks_than_cores_take_one_thread_each() -> None:
+    assert threads_beside_ranks(2, [f"127.0.0.1:{p}" for p in range(3)], HERE, 0) == 1
+
+
+def test_a_rank_alone_on_its_machine_is_left_to_openblas() -> None:
+    assert threads_beside_ranks(2, ["10.0.0.5:1", "10.0.0.9:2"], HERE, 0) is None
+
+
+def test_the_operators_number_is_kept() -> None:
+    assert threads_beside_ranks(2, ["127.0.0.1:1", "127.0.0.1:2"], HERE, 2) is None
+
+
+@pytest.mark.skipif(not any(Path(p).exists() for p in OPENBLAS_PATHS), reason="no Debian OpenBLAS on this machine")
+def test_the_setter_reaches_the_preloaded_openblas() -> None:
+    """In a fresh interpreter with OpenBLAS's own default (the preload must come before mlx):
+    the count OpenBLAS reports after each set."""
+    code = ("import ctypes; from skulk.services.runner import blas; blas.preload_blas(); "
+            "lib = ctypes.CDLL(blas._preloaded[0]); n = lib.openblas_get_num_threads(); "
+            "assert blas.set_threads(1); one = lib.openblas_get_num_threads(); "
+            "assert blas.set_threads(n); print(n, one, lib.openblas_get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, env=env)
+    default, one, back = map(int, out.stdout.split())
+    assert (one, back) == (1, default), out.stdout
