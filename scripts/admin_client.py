@@ -29,8 +29,9 @@ def request(home: Path, cmd: AdminCommand, *, timeout_s: float = 5.0, retries: i
     per_try_ms = int((timeout_s + max(cmd.timeout_s, 0.0)) * 1000)
     for _ in range(max(1, retries)):
         sock = make_socket(ctx, zmq.REQ, connect=endpoint)
-        link = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        link: zmq.Socket[Any] | None = None
         try:
+            link = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             send(sock, cmd)
             if _answered(sock, link, per_try_ms):
                 reply = recv(sock)
@@ -40,20 +41,25 @@ def request(home: Path, cmd: AdminCommand, *, timeout_s: float = 5.0, retries: i
         except WireError as exc:
             raise NodeUnreachable(f"bad reply from node: {exc}") from None
         finally:
-            sock.disable_monitor()
-            link.close(0)
-            sock.close(0)
+            try:
+                if link is not None:
+                    sock.disable_monitor()
+                    link.close(0)
+            finally:
+                sock.close(0)
     raise NodeUnreachable(f"no answer from the node at {home} ({endpoint})")
 
 
 def _answered(sock: zmq.Socket[Any], link: zmq.Socket[Any], timeout_ms: int) -> bool:
     """Whether the reply came within `timeout_ms`; False at once when the link drops first (the
-    request is lost with it; a reply already queued is still read)."""
+    request is lost with it). A reply that came just before the drop is still read: ZeroMQ
+    queues it before it tells of the drop, and a verb answered then (`stop`, `restart`) must not
+    be sent twice."""
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     poller.register(link, zmq.POLLIN)
     ready = dict(poller.poll(timeout_ms))
-    return sock in ready
+    return sock in ready or (link in ready and bool(sock.poll(0, zmq.POLLIN)))
 
 
 def format_status(reply: AdminReply) -> str:

@@ -11,7 +11,7 @@ import ctypes
 import logging
 import os
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 log = logging.getLogger("skulk.runner")
@@ -21,9 +21,10 @@ OPENBLAS_PATHS = ("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
 
 
 _preloaded: list[str | None] = []
-_library: list[ctypes.CDLL] = []
 """What this process preloaded, once: a standby runner (`supervisor/zygote.py`) preloads before it
 imports mlx, and the runner it becomes asks again."""
+_library: list[ctypes.CDLL] = []
+"""The preloaded OpenBLAS's handle (`set_threads` calls into it)."""
 
 
 def preload_blas() -> str | None:
@@ -45,17 +46,25 @@ def preload_blas() -> str | None:
     return found
 
 
-def threads_beside_ranks(cores: int, hosts: Collection[str], here: Collection[str], given: int) -> int | None:
-    """OpenBLAS threads for one rank of a sharded instance whose other ranks may share this
+def threads_beside_ranks(cores: int, hosts: Sequence[str], rank: int, here: Collection[str],
+                         given: int) -> int | None:
+    """OpenBLAS threads for rank `rank` of a sharded instance whose other ranks may share this
     machine (several nodes on one machine): its cores split evenly among the ranks on it, since
     OpenBLAS's threads spin while they wait, and two ranks each spinning on every core starve
     each other (8 rows a step over a tensor ring on 2 cores: 6x slower). `hosts` are the ring's
-    `host:port` addresses, `here` this machine's addresses, `given` the node environment's
+    `host:port` addresses (a rank is here when its host is one of this machine's addresses,
+    `here`, or is written as this rank's own is), `given` the node environment's
     `OPENBLAS_NUM_THREADS` (0 if unset): an operator's number is kept. None: leave OpenBLAS be."""
     if given > 0:
         return None
-    local = sum(1 for h in hosts if h.rpartition(":")[0].strip("[]") in here)
+    mine = host_of(hosts[rank])
+    local = sum(1 for h in hosts if host_of(h) in here or host_of(h) == mine)
     return max(1, cores // local) if local > 1 else None
+
+
+def host_of(address: str) -> str:
+    """The host of `host:port`, `[v6]:port` or an unbracketed `v6:port`, without a `%zone`."""
+    return address.rpartition(":")[0].strip("[]").split("%", 1)[0]
 
 
 def set_threads(n: int) -> bool:
@@ -71,4 +80,6 @@ def set_threads(n: int) -> bool:
 
 
 def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container or `taskset` may give it
+    fewer than the machine has)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

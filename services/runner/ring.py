@@ -162,9 +162,11 @@ def _share_cores(ring: Ring) -> str:
     """The rank's BLAS threads where other ranks of its ring run on this machine (`blas`); what
     the engine path says of it ("" where nothing was set)."""
     here = {a.address.split("%", 1)[0] for nics in psutil.net_if_addrs().values() for a in nics}
-    threads = blas.threads_beside_ranks(blas.usable_cores(), ring.hosts, here, blas_threads())
-    if threads is None or not blas.set_threads(threads):
+    threads = blas.threads_beside_ranks(blas.usable_cores(), ring.hosts, ring.rank, here, blas_threads())
+    if threads is None:
         return ""
+    if not blas.set_threads(threads):
+        return ", ranks share this machine but OpenBLAS's threads could not be set (not preloaded)"
     return f", {threads} BLAS thread(s): ranks share this machine"
 
 
