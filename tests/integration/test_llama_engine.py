@@ -97,15 +97,20 @@ def test_a_cpu_node_serves_the_gguf_through_llama_cpp_and_says_so(llama_node, re
 
 
 def test_each_answer_is_llama_cpps_own(llama_node, reference):
+    """One after the other: each prompt after the first shares the chat template's opening with
+    the one before, restored from the prefix cache (kept in host memory) into its own sequence."""
+    cached = []
     for prompt, ref in zip(PROMPTS, reference):
         status, reply = bc.complete(llama_node.url, ask(prompt, logprobs=True))
         assert status == 200, reply
         assert disagreement(content(reply), ref, reply) == "", prompt
+        cached.append(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
         if content(reply) == ref["text"]:  # the end-of-turn token is counted here, not in llama.cpp's list
             eos = reply["choices"][0]["finish_reason"] == "stop"
             assert reply["usage"]["completion_tokens"] == len(ref["tokens"]) + eos
         print(f"{prompt!r} -> {content(reply)!r}")
     assert "Paris" in reference[0]["text"]
+    assert all(n > 8 for n in cached[1:]), cached  # not vacuous: the later prompts came from the cache
 
 
 def test_the_eight_prompts_at_once_give_llama_cpps_answers(llama_node, reference):

@@ -42,6 +42,14 @@ def test_entries_are_evicted_least_recently_used_by_count_and_by_tokens():
     assert cache.trim(0) == [3, 4] and len(cache) == 0
 
 
+def test_the_cache_says_beforehand_what_it_would_keep():
+    """The engine copies a finished row's cells out of llama.cpp only for an entry kept."""
+    assert PrefixCache(max_entries=2, max_tokens=50).takes(50)
+    assert not PrefixCache(max_entries=2, max_tokens=50).takes(51)
+    assert not PrefixCache(max_entries=2, max_tokens=50).takes(0)
+    assert not PrefixCache(max_entries=0, max_tokens=50).takes(10)  # runner.prefix_cache_mb: 0
+
+
 def test_greedy_is_the_first_arg_max_and_a_seeded_sampler_repeats():
     logits = np.array([0.0, 3.0, 3.0, 1.0], dtype=np.float32)
     assert Sampler(0.0, 1.0, 0, 0.0, 0)(logits) == 1

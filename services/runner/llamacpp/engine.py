@@ -1,14 +1,15 @@
 """The llama.cpp engine: a GGUF checkpoint on llama.cpp's kernels, batched by the runner.
 
 llama.cpp computes; everything around the model's step is the runner's, as with MLX: one
-`llama_context` whose unified KV cache holds a sequence per running request and per prefix-cache
-entry (`prefix.py`), and each `step()` is one `llama_decode` of one batch: the next token of
-every decoding row plus up to `prefill_chunk` prompt tokens for the rows still prefilling,
-oldest first (`scheduler.prefill_in_order`), so requests join and leave between any two steps
-and a long prompt goes in by chunks while the others decode. Tokens are sampled here (`sample.py`;
-greedy is llama.cpp's own arg-max), grammars mask logits (`grammar.py`), and the prompt is the
-chat template's text tokenized by llama.cpp itself (`text.py`), so a greedy answer is token for
-token what llama.cpp gives on the same file. A lone stream may speculate by prompt lookup
+`llama_context` whose unified KV cache holds a sequence per running request (prefix-cache
+entries are kept in host memory and restored on a hit: `prefix.py`), and each `step()` is one
+`llama_decode` of one batch: the next token of every decoding row plus up to `prefill_chunk`
+prompt tokens for the rows still prefilling, oldest first (`scheduler.prefill_in_order`), so
+requests join and leave between any two steps and a long prompt goes in by chunks while the
+others decode. Tokens are sampled here (`sample.py`; greedy is llama.cpp's own arg-max),
+grammars mask logits (`grammar.py`), and the prompt is the chat template's text tokenized by
+llama.cpp itself (`text.py`), so a greedy answer is token for token what llama.cpp gives on the
+same file. A lone stream may speculate by prompt lookup
 (`speculate.py`: drafts verified in one decode).
 
 The weights are the GGUF file as stored (quantized kernels run on the CPU at full speed: no
@@ -17,6 +18,7 @@ fp32 copy); where llama.cpp was built with a GPU backend every layer is offloade
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import time
 from collections.abc import Sequence
@@ -55,11 +57,11 @@ from skulk.wire.inference import RankInsert
 log = logging.getLogger("skulk.runner")
 
 KV_TOKENS = LLAMA_KV_TOKENS
-"""Tokens the unified KV cache holds for all rows and cached prefixes together (one request may
-use all of them, up to the model's own context); `runner.kv_tokens` makes it smaller. Requests
-join while their claims fit (`scheduler.kv_joining`); answers that outgrow it preempt the youngest."""
+"""Tokens the unified KV cache holds for all running rows together (one request may use all of
+them, up to the model's own context); `runner.kv_tokens` makes it smaller. Requests join while
+their claims fit (`scheduler.kv_joining`); answers that outgrow it preempt the youngest."""
 CACHE_SEQUENCES = 8
-"""Prefix-cache entries kept beside the running rows (each holds a sequence id)."""
+"""Prefix-cache entries kept (in host memory); as many spare sequence ids beside the rows'."""
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 UBATCH = 512
 FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick on a CPU
@@ -114,6 +116,8 @@ class LlamaCppEngine:
         self.spec, self.speculation = speculate.describe(spec)
         self.rows: dict[int, _Row] = {}
         self.uid_count = 0
+        self.kept: dict[int, ctypes.Array[ctypes.c_uint8]] = {}  # prefix-cache entry -> its cells' bytes
+        self.kept_count = 0
         self._lltokenizer: Any = None
         self._format: OutputFormat | None = None
 
@@ -226,8 +230,7 @@ class LlamaCppEngine:
                 row = _Row(ins.uid, self._take_sequence(), list(ins.prompt), ins.max_tokens, sampler, grammar, 0)
                 added.append(row)
                 if (hit := self.prefix.nearest(row.prompt)) is not None:
-                    src, row.done = hit
-                    self.lib.llama_memory_seq_cp(self.mem, src, row.seq, 0, row.done)
+                    row.done = self._restore(*hit, row.seq)
         except Exception:
             self._free([row.seq for row in added])
             raise
@@ -238,9 +241,6 @@ class LlamaCppEngine:
 
     def _take_sequence(self) -> int:
         seq = self.sequences.take()
-        while seq is None and len(self.prefix):
-            self._free(self.prefix.trim(len(self.prefix) - 1))
-            seq = self.sequences.take()
         if seq is None:
             raise RuntimeError(f"no free KV sequence for a new request ({len(self.rows)} running)")
         return seq
@@ -249,6 +249,34 @@ class LlamaCppEngine:
         for seq in seqs:
             self.lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
             self.sequences.give(seq)
+
+    def _restore(self, key: int, shared: int, seq: int) -> int:
+        """The prefix-cache entry `key` restored into `seq` and cut to its first `shared`
+        tokens; the tokens the row need not prefill (0 where the KV cache has no room for it)."""
+        blob = self.kept[key]
+        if self.lib.llama_state_seq_set_data(self.ctx, blob, len(blob), seq) != len(blob):
+            self.lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
+            return 0
+        self.lib.llama_memory_seq_rm(self.mem, seq, shared, -1)
+        return shared
+
+    def _keep(self, seq: int, tokens: list[int]) -> None:
+        """A finished row's cells copied into host memory as a prefix-cache entry, where the
+        cache takes one of its length (the row's cells are freed either way)."""
+        if not self.prefix.takes(len(tokens)):
+            return
+        size = int(self.lib.llama_state_seq_get_size(self.ctx, seq))
+        blob = (ctypes.c_uint8 * size)()
+        if size <= 0 or self.lib.llama_state_seq_get_data(self.ctx, blob, size, seq) != size:
+            return
+        key = self.kept_count
+        self.kept_count += 1
+        self.kept[key] = blob
+        self._drop(self.prefix.add(key, tokens))
+
+    def _drop(self, keys: list[int]) -> None:
+        for key in keys:
+            self.kept.pop(key, None)
 
     def _grammar_tokenizer(self) -> Any:
         if self._lltokenizer is None:
@@ -265,7 +293,13 @@ class LlamaCppEngine:
         self._maybe_idle()
 
     def _maybe_idle(self) -> None:
-        if not self.rows and self.share is not None:
+        """With no row left the KV cache holds nothing: it is cleared, so that the next request's
+        cells start at the first (llama.cpp places new cells after the last ones it placed, and a
+        step's attention spans every cell up to the highest in use)."""
+        if self.rows:
+            return
+        self.lib.llama_memory_clear(self.mem, False)
+        if self.share is not None:
             self.share.idle()
 
     def step(self) -> StepOutput:
@@ -340,9 +374,8 @@ class LlamaCppEngine:
         """`llama_decode` of the batch, making room in the KV cache from the prefix cache."""
         if self.share is not None:
             self.stepping_threads = self.share.step_with(time.monotonic(), self.stepping_threads, self._set_threads)
-        while (rc := self.lib.llama_decode(self.ctx, self.batch.ready())) == 1 and len(self.prefix):
-            self._free(self.prefix.trim(len(self.prefix) // 2))  # no room in the KV cache: let the cache go
-        if rc == 1:
+        rc = self.lib.llama_decode(self.ctx, self.batch.ready())
+        if rc == 1:  # the running rows fill it (the prefix cache holds no cells: `prefix.py`)
             raise KvCacheFull(f"llama_decode failed: the KV cache ({self.kv_tokens} tokens) is full")
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc}): see the runner's log")
@@ -368,8 +401,8 @@ class LlamaCppEngine:
     def retire(self, row: _Row) -> None:
         """A row that ended: out of the batch, its KV sequence kept as a prefix-cache entry."""
         del self.rows[row.uid]
-        held = row.prompt + row.output[:-1]  # the last token was never run
-        self._free(self.prefix.add(row.seq, held))
+        self._keep(row.seq, row.prompt + row.output[:-1])  # the last token was never run
+        self._free([row.seq])
         self._maybe_idle()
 
     def active(self) -> int:
@@ -380,7 +413,7 @@ class LlamaCppEngine:
         return len(self.prefix)
 
     def trim_cache(self, entries: int) -> None:
-        self._free(self.prefix.trim(entries))
+        self._drop(self.prefix.trim(entries))
 
     # ---- text ------------------------------------------------------------------------------
     def detokenizer(self) -> Detokenizer:

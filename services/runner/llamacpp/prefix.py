@@ -1,10 +1,13 @@
-"""Which KV sequences hold what (pure): the running rows' sequence ids and the prefix cache.
+"""Which KV sequences the running rows hold, and what the prefix cache keeps (pure).
 
-llama.cpp keeps every sequence's keys and values in one unified cache; a finished request's
-sequence is not freed but kept as a prefix-cache entry under the tokens it holds. A new prompt
-that shares a prefix with an entry gets a new sequence that shares those cells
-(`llama_memory_seq_cp`: no copy in a unified cache) and prefills only the rest. Entries are
-evicted least recently used first, by count (the sequence ids are bounded) and by tokens held.
+A finished request's keys and values are copied out of llama.cpp's KV cache into host memory
+(`llama_state_seq_get_data`) and kept as a prefix-cache entry under the tokens they hold; its
+cells are freed. A new prompt that shares a prefix with an entry has the entry restored into its
+own sequence (`llama_state_seq_set_data`, then the cells past the shared part removed) and
+prefills only the rest. Kept out of the KV cache, entries cost the running rows nothing: in one
+unified cache a step's attention spans every cell up to the highest one held, so entries kept
+there slowed every later step (docs/engines.md). Entries are evicted least recently used first,
+by count and by tokens held; `PrefixCache` keys them by an id the engine gives.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class PrefixCache:
         return sum(len(t) for t in self.entries.values())
 
     def nearest(self, prompt: list[int]) -> tuple[int, int] | None:
-        """(entry's sequence, usable shared length) of the entry sharing the longest prefix with
+        """(entry's key, usable shared length) of the entry sharing the longest prefix with
         `prompt`, at least `MIN_REUSE` tokens and always leaving one prompt token to run."""
         want = np.asarray(prompt, dtype=np.int32)
         best: tuple[int, int] | None = None
@@ -64,18 +67,22 @@ class PrefixCache:
             self.entries.move_to_end(best[0])
         return best
 
-    def add(self, seq: int, tokens: list[int]) -> list[int]:
-        """Keep `seq` under `tokens`; the sequences evicted to make room (to be freed)."""
-        if self.max_entries <= 0 or not tokens or len(tokens) > self.max_tokens:
-            return [seq]
-        self.entries[seq] = np.asarray(tokens, dtype=np.int32)
+    def takes(self, n_tokens: int) -> bool:
+        """Whether an entry of `n_tokens` would be kept (the caller copies it out only then)."""
+        return self.max_entries > 0 and 0 < n_tokens <= self.max_tokens
+
+    def add(self, key: int, tokens: list[int]) -> list[int]:
+        """Keep entry `key` under `tokens`; the entries evicted to make room (to be dropped)."""
+        if not self.takes(len(tokens)):
+            return [key]
+        self.entries[key] = np.asarray(tokens, dtype=np.int32)
         evicted = []
         while len(self.entries) > self.max_entries or self.tokens() > self.max_tokens:
             evicted.append(self.entries.popitem(last=False)[0])
         return evicted
 
     def trim(self, entries: int) -> list[int]:
-        """Evict down to `entries`; the sequences evicted."""
+        """Evict down to `entries`; the entries evicted."""
         evicted = []
         while len(self.entries) > max(0, entries):
             evicted.append(self.entries.popitem(last=False)[0])
