@@ -61,7 +61,7 @@ KV_TOKENS = LLAMA_KV_TOKENS
 them, up to the model's own context); `runner.kv_tokens` makes it smaller. Requests join while
 their claims fit (`scheduler.kv_joining`); answers that outgrow it preempt the youngest."""
 CACHE_SEQUENCES = 8
-"""Prefix-cache entries kept (in host memory); as many spare sequence ids beside the rows'."""
+"""Prefix-cache entries kept (in host memory); up to as many spare sequence ids beside the rows'."""
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 UBATCH = 512
 FLASH_ATTN = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED: what llama.cpp's own tools pick on a CPU
@@ -146,8 +146,8 @@ class LlamaCppEngine:
                      f"{size / 2**20:.0f} MiB weights, KV {self.kv_tokens} tokens")
 
     def _load_llama(self, llama_cpp: Any, gguf: Path, gpu: bool) -> None:
-        """The model and one context for every row and the prefix cache (llama.cpp's calls
-        leave the interpreter free)."""
+        """The model and one context for every row (llama.cpp's calls leave the interpreter
+        free)."""
         self.model = load_model(llama_cpp, gguf, gpu)
         self.vocab = Vocab(llama_cpp.llama_model_get_vocab(self.model))
         self.vocab_size = self.vocab.size
@@ -176,7 +176,7 @@ class LlamaCppEngine:
         self.max_token_bytes = self.vocab.max_token_bytes()
         self.kv_token_bytes = kv_token_bytes(self.model)
         self.sequences = Sequences(n_seq)
-        self.prefix = PrefixCache(n_seq - self.max_batch, self._cache_tokens())
+        self.prefix = PrefixCache(CACHE_SEQUENCES, self._cache_tokens())
         self.batch = Batch(self.capacity)
 
     def _load_tokenizer(self) -> Any:
@@ -186,7 +186,8 @@ class LlamaCppEngine:
 
     def _cache_tokens(self) -> int:
         """Tokens the prefix cache may keep: its byte budget at this model's KV bytes per token,
-        and never more than half the KV cache (the running rows need the rest)."""
+        and never more than half the KV cache (an entry is restored whole before it is cut to
+        the shared part, so it must fit beside the running rows)."""
         return min(self.kv_tokens // 2, self.prefix_cache_bytes // max(1, self.kv_token_bytes))
 
     def warmup(self) -> None:
@@ -254,10 +255,14 @@ class LlamaCppEngine:
         """The prefix-cache entry `key` restored into `seq` and cut to its first `shared`
         tokens; the tokens the row need not prefill (0 where the KV cache has no room for it)."""
         blob = self.kept[key]
-        if self.lib.llama_state_seq_set_data(self.ctx, blob, len(blob), seq) != len(blob):
+        restored = self.lib.llama_state_seq_set_data(self.ctx, blob, len(blob), seq) == len(blob)
+        if not restored or not self.lib.llama_memory_seq_rm(self.mem, seq, shared, -1):
+            # no contiguous room for the whole entry (or a model whose memory cannot be cut):
+            # the row prefills its prompt instead
             self.lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
+            log.debug("prefix-cache entry %d not restored (%s): prefilling %d tokens instead", key,
+                      "cut refused" if restored else "no room in the KV cache", shared)
             return 0
-        self.lib.llama_memory_seq_rm(self.mem, seq, shared, -1)
         return shared
 
     def _keep(self, seq: int, tokens: list[int]) -> None:
@@ -399,7 +404,7 @@ class LlamaCppEngine:
         return TokenOut(row.uid, token, Logits(values), finish)
 
     def retire(self, row: _Row) -> None:
-        """A row that ended: out of the batch, its KV sequence kept as a prefix-cache entry."""
+        """A row that ended: out of the batch, its cells copied out as a prefix-cache entry."""
         del self.rows[row.uid]
         self._keep(row.seq, row.prompt + row.output[:-1])  # the last token was never run
         self._free([row.seq])
@@ -426,4 +431,5 @@ class LlamaCppEngine:
         return top_logprobs(log_softmax(logprobs.values), token, k)
 
     def peak_memory(self) -> int:
-        return int(self.lib.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes
+        kept = sum(len(blob) for blob in self.kept.values())  # the prefix cache, in host memory
+        return int(self.lib.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes + kept

@@ -46,7 +46,7 @@ class Sequences:
 class PrefixCache:
     def __init__(self, max_entries: int, max_tokens: int) -> None:
         self.max_entries, self.max_tokens = max_entries, max_tokens
-        self.entries: OrderedDict[int, np.ndarray] = OrderedDict()  # seq -> its tokens, oldest first
+        self.entries: OrderedDict[int, np.ndarray] = OrderedDict()  # entry -> its tokens, oldest first
 
     def __len__(self) -> int:
         return len(self.entries)
