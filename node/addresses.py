@@ -6,6 +6,9 @@ socket reports it, or a host name, so each form below is one answer everywhere."
 from __future__ import annotations
 
 import ipaddress
+import socket
+
+import psutil
 
 
 def plain_address(address: str) -> str:
@@ -30,3 +33,9 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(plain_address(address).split("%", 1)[0]).is_loopback
     except ValueError:
         return False
+
+
+def machine_addresses() -> frozenset[str]:
+    """Every address of this machine's interfaces, read now (addresses come and go)."""
+    return frozenset(plain_address(a.address.split("%", 1)[0]) for addrs in psutil.net_if_addrs().values()
+                     for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))

@@ -15,7 +15,7 @@ import zmq
 from skulk.wire import endpoints
 from skulk.wire.control import AdminCommand, AdminReply
 from skulk.wire.errors import WireError
-from skulk.wire.sockets import make_socket, recv, send
+from skulk.wire.sockets import link_dropped, make_socket, recv, send
 
 
 class NodeUnreachable(RuntimeError):
@@ -59,7 +59,7 @@ def _answered(sock: zmq.Socket[Any], link: zmq.Socket[Any], timeout_ms: int) -> 
     poller.register(sock, zmq.POLLIN)
     poller.register(link, zmq.POLLIN)
     ready = dict(poller.poll(timeout_ms))
-    return sock in ready or (link in ready and bool(sock.poll(0, zmq.POLLIN)))
+    return sock in ready or (link in ready and link_dropped(link) and bool(sock.poll(0, zmq.POLLIN)))
 
 
 def format_status(reply: AdminReply) -> str:

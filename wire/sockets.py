@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from skulk.wire import codec, curve
 from skulk.wire.errors import MalformedFrame, TopicMismatch, WireError
@@ -211,3 +212,16 @@ def _sender(sock: zmq.Socket[Any], exc: WireError) -> str:
         return cast(bytes, sock.getsockopt(zmq.LAST_ENDPOINT)).decode(errors="replace")  # a bytes option
     except zmq.ZMQError:
         return ""
+
+
+def link_dropped(monitor: zmq.Socket[Any]) -> bool:
+    """Drain a connecting socket's monitor (`get_monitor_socket`); True when it reported its link
+    dropping: a request sent on it and not yet answered is lost with the link (REQ and DEALER
+    never send it again), so the caller asks again or fails the request at once."""
+    dropped = False
+    while True:
+        try:
+            event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return dropped
+        dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED

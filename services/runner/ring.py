@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from skulk.node import exitcodes
+from skulk.node.addresses import machine_addresses
 from skulk.node.model_cards import LLAMA_LAYOUT
 from skulk.services.runner import blas, fp32_cache, llama_split
 from skulk.services.runner.cpu_linear import blas_threads
@@ -161,8 +160,8 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
 def _share_cores(ring: Ring) -> str:
     """The rank's BLAS threads where other ranks of its ring run on this machine (`blas`); what
     the engine path says of it ("" where nothing was set)."""
-    here = {a.address.split("%", 1)[0] for nics in psutil.net_if_addrs().values() for a in nics}
-    threads = blas.threads_beside_ranks(blas.usable_cores(), ring.hosts, ring.rank, here, blas_threads())
+    threads = blas.threads_beside_ranks(blas.usable_cores(), ring.hosts, ring.rank, machine_addresses(),
+                                        blas_threads())
     if threads is None:
         return ""
     if not blas.set_threads(threads):

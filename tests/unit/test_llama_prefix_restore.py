@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from skulk.services.runner.llamacpp.engine import LlamaCppEngine
+from skulk.services.runner.llamacpp.kept import KeptPrefixes
 from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
 from skulk.wire.inference import RankInsert
 
@@ -37,10 +38,10 @@ class FakeLlamaLib:
 def engine(lib: FakeLlamaLib) -> LlamaCppEngine:
     eng = LlamaCppEngine(Path("/nowhere"), max_batch=4, prefill_chunk=256, prefix_cache_bytes=1 << 20)
     eng.lib, eng.ctx, eng.mem, eng.share = lib, object(), object(), None
-    eng.sequences, eng.prefix = Sequences(12), PrefixCache(8, 1000)
-    eng.kept[0] = bytearray(64)  # an entry of 40 tokens, as `_keep` leaves it
-    eng.prefix.add(0, list(range(100, 140)))
-    eng.kept_count = 1
+    eng.sequences, eng.prefix = Sequences(12), KeptPrefixes(lib, eng.ctx, eng.mem, PrefixCache(8, 1000))
+    eng.prefix.blobs[0] = bytearray(64)  # an entry of 40 tokens, as `keep` leaves it
+    eng.prefix.cache.add(0, list(range(100, 140)))
+    eng.prefix.count = 1
     return eng
 
 

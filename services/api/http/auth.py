@@ -18,16 +18,14 @@ are compared as SHA-256 digests (`node/api_keys.py`) and named by their `name`.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import falcon
-import psutil
 
-from skulk.node.addresses import is_loopback, plain_address
+from skulk.node.addresses import is_loopback, machine_addresses, plain_address
 from skulk.node.api_keys import ApiKey, Scope, find
 from skulk.services.api.links.peers import FORWARDED
 
@@ -60,12 +58,6 @@ class Policy:
     @property
     def on_loopback(self) -> bool:
         return is_loopback(self.listen)
-
-
-def machine_addresses() -> frozenset[str]:
-    """Every address of this machine's interfaces, read now (addresses come and go)."""
-    return frozenset(plain_address(a.address.split("%", 1)[0]) for addrs in psutil.net_if_addrs().values()
-                     for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
 
 
 def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from skulk.cluster.replica import StateReplica
 from skulk.cluster.state import TaskParams
@@ -38,7 +37,7 @@ from skulk.wire.inference import (
     TokenChunk,
 )
 from skulk.wire.message import Message
-from skulk.wire.sockets import make_socket, recv, send
+from skulk.wire.sockets import link_dropped, make_socket, recv, send
 
 SLICE_S = 0.1
 FIRST_TOKEN_S = 600.0
@@ -47,17 +46,6 @@ LINK_EXPLAIN_S = 0.15
 """After a dropped link, a short wait for the state's cause (a local runner's exit code reaches
 the replica in ~50 ms; a killed node's takes the gossip grace, too long to wait for)."""
 LINK_LOST = "connection to the runner closed"
-
-
-def _link_dropped(monitor: zmq.Socket[Any]) -> bool:
-    """Drain a DEALER's monitor; True when it reported the TCP link dropping."""
-    dropped = False
-    while True:
-        try:
-            event = recv_monitor_message(monitor, flags=zmq.NOBLOCK)
-        except zmq.Again:
-            return dropped
-        dropped = dropped or event["event"] == zmq.EVENT_DISCONNECTED
 
 
 def _own_reply(sock: zmq.Socket[Any], request_id: str) -> Message | None:
@@ -120,7 +108,7 @@ class RunnerLink:
         A `Failed` ends the replies: the runner's own (explained by the state when it may be a
         symptom), the link dropping, or the state saying the runner can no longer finish it."""
         sock, monitor = self._dealer(endpoint)
-        _link_dropped(monitor)  # an earlier incarnation's drop says nothing about this request
+        link_dropped(monitor)  # an earlier incarnation's drop says nothing about this request
         send(sock, msg)
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -135,7 +123,7 @@ class RunnerLink:
                     yield reply
                     if isinstance(reply, Failed):
                         return
-            elif monitor in ready and _link_dropped(monitor):  # its output is drained first
+            elif monitor in ready and link_dropped(monitor):  # its output is drained first
                 self._forget(endpoint)
                 yield self._explain(Failed(request_id=request_id, error=RUNNER_LOST.format(detail=LINK_LOST),
                                            reason=FailReason.RUNNER_FAILED),

@@ -18,7 +18,6 @@ fp32 copy); where llama.cpp was built with a GPU backend every layer is offloade
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from skulk.services.runner.engine import (
 from skulk.services.runner.grammar import GrammarMask
 from skulk.services.runner.llamacpp import speculate
 from skulk.services.runner.llamacpp.batch import Batch
+from skulk.services.runner.llamacpp.kept import KeptPrefixes
 from skulk.services.runner.llamacpp.model_file import LlamaLoadError, gguf_of, kv_token_bytes, load_model, threads
 from skulk.services.runner.llamacpp.prefix import PrefixCache, Sequences
 from skulk.services.runner.llamacpp.sample import Sampler, log_softmax, top_logprobs
@@ -116,8 +116,6 @@ class LlamaCppEngine:
         self.spec, self.speculation = speculate.describe(spec)
         self.rows: dict[int, _Row] = {}
         self.uid_count = 0
-        self.kept: dict[int, ctypes.Array[ctypes.c_uint8]] = {}  # prefix-cache entry -> its cells' bytes
-        self.kept_count = 0
         self._lltokenizer: Any = None
         self._format: OutputFormat | None = None
 
@@ -176,7 +174,7 @@ class LlamaCppEngine:
         self.max_token_bytes = self.vocab.max_token_bytes()
         self.kv_token_bytes = kv_token_bytes(self.model)
         self.sequences = Sequences(n_seq)
-        self.prefix = PrefixCache(CACHE_SEQUENCES, self._cache_tokens())
+        self.prefix = KeptPrefixes(llama_cpp, self.ctx, self.mem, PrefixCache(CACHE_SEQUENCES, self._cache_tokens()))
         self.batch = Batch(self.capacity)
 
     def _load_tokenizer(self) -> Any:
@@ -230,8 +228,7 @@ class LlamaCppEngine:
                 sampler = Sampler(ins.temperature, ins.top_p, ins.top_k, ins.min_p, ins.seed)
                 row = _Row(ins.uid, self._take_sequence(), list(ins.prompt), ins.max_tokens, sampler, grammar, 0)
                 added.append(row)
-                if (hit := self.prefix.nearest(row.prompt)) is not None:
-                    row.done = self._restore(*hit, row.seq)
+                row.done = self.prefix.restore(row.prompt, row.seq)
         except Exception:
             self._free([row.seq for row in added])
             raise
@@ -250,38 +247,6 @@ class LlamaCppEngine:
         for seq in seqs:
             self.lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
             self.sequences.give(seq)
-
-    def _restore(self, key: int, shared: int, seq: int) -> int:
-        """The prefix-cache entry `key` restored into `seq` and cut to its first `shared`
-        tokens; the tokens the row need not prefill (0 where the KV cache has no room for it)."""
-        blob = self.kept[key]
-        restored = self.lib.llama_state_seq_set_data(self.ctx, blob, len(blob), seq) == len(blob)
-        if not restored or not self.lib.llama_memory_seq_rm(self.mem, seq, shared, -1):
-            # no contiguous room for the whole entry (or a model whose memory cannot be cut):
-            # the row prefills its prompt instead
-            self.lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
-            log.debug("prefix-cache entry %d not restored (%s): prefilling %d tokens instead", key,
-                      "cut refused" if restored else "no room in the KV cache", shared)
-            return 0
-        return shared
-
-    def _keep(self, seq: int, tokens: list[int]) -> None:
-        """A finished row's cells copied into host memory as a prefix-cache entry, where the
-        cache takes one of its length (the row's cells are freed either way)."""
-        if not self.prefix.takes(len(tokens)):
-            return
-        size = int(self.lib.llama_state_seq_get_size(self.ctx, seq))
-        blob = (ctypes.c_uint8 * size)()
-        if size <= 0 or self.lib.llama_state_seq_get_data(self.ctx, blob, size, seq) != size:
-            return
-        key = self.kept_count
-        self.kept_count += 1
-        self.kept[key] = blob
-        self._drop(self.prefix.add(key, tokens))
-
-    def _drop(self, keys: list[int]) -> None:
-        for key in keys:
-            self.kept.pop(key, None)
 
     def _grammar_tokenizer(self) -> Any:
         if self._lltokenizer is None:
@@ -406,7 +371,7 @@ class LlamaCppEngine:
     def retire(self, row: _Row) -> None:
         """A row that ended: out of the batch, its cells copied out as a prefix-cache entry."""
         del self.rows[row.uid]
-        self._keep(row.seq, row.prompt + row.output[:-1])  # the last token was never run
+        self.prefix.keep(row.seq, row.prompt + row.output[:-1])  # the last token was never run
         self._free([row.seq])
         self._maybe_idle()
 
@@ -418,7 +383,7 @@ class LlamaCppEngine:
         return len(self.prefix)
 
     def trim_cache(self, entries: int) -> None:
-        self._drop(self.prefix.trim(entries))
+        self.prefix.trim(entries)
 
     # ---- text ------------------------------------------------------------------------------
     def detokenizer(self) -> Detokenizer:
@@ -431,5 +396,5 @@ class LlamaCppEngine:
         return top_logprobs(log_softmax(logprobs.values), token, k)
 
     def peak_memory(self) -> int:
-        kept = sum(len(blob) for blob in self.kept.values())  # the prefix cache, in host memory
-        return int(self.lib.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes + kept
+        return (int(self.lib.llama_model_size(self.model)) + self.kv_tokens * self.kv_token_bytes
+                + self.prefix.bytes())  # the prefix cache, in host memory
