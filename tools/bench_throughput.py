@@ -10,10 +10,11 @@ directories (`<org>--<name>`). For each model it starts `mlx_lm.server` (the bas
 runner's OpenBLAS preload, on the same dtype path as Skulk's CPU runner: fp32, a quantized model
 dequantized) and a real Skulk node placing the directory as given. For each concurrency C, C client
 threads each send one streaming greedy chat completion of --tokens tokens with its own distinct
-prompt of about --prompt-tokens tokens (seeded random words: no prefix-cache hits on either
-server). Per client: TTFT (request sent to first non-empty `delta.content`), content chunks and
-the stream's `usage.completion_tokens`; per level: aggregate tok/s = all completion tokens
-(content chunks where no usage came) / (last client end - first client start). A client whose
+prompt of about --prompt-tokens tokens (seeded random words, then a request for a long essay about
+them, so a real model answers up to --tokens: no prefix-cache hits past the chat template). Per
+client: TTFT (request sent to first non-empty `delta.content`), content chunks and the stream's
+`usage.completion_tokens`; per level: aggregate tok/s = all completion tokens (content chunks where
+no usage came) / (last client end - first client start). A client whose
 text is withheld to the end (both servers hold back undecodable bytes; the demo models' random
 weights often emit them) has no TTFT to see: TTFT percentiles leave it out and count it.
 Levels alternate between the servers so machine drift hits both (if an idle server uses CPU,
@@ -68,6 +69,9 @@ SERVER_CODE = ("from skulk.services.runner.blas import preload_blas; preload_bla
 READ_TIMEOUT_S = 600.0
 IDLE_CPU_LIMIT = 5.0  # percent of one core an idle server may use and still run alongside
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+# asks a real model for a long answer: greedy answers to bare random words may end after a dozen
+# tokens, and a decode rate over those is mostly its first steps (random demo models ignore it)
+LONG_ANSWER = "\n\nWrite a long essay about these words, one paragraph per word."
 
 
 @dataclass
@@ -276,11 +280,11 @@ def build_prompts(model_dir: Path, n_tokens: int, levels: list[int],
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     rng = random.Random(f"{model_dir.name}:{n_tokens}")
 
-    def prompt() -> str:  # seeded random words until the tokenizer counts n_tokens
+    def prompt() -> str:  # seeded random words and LONG_ANSWER until the tokenizer counts n_tokens
         words: list[str] = []
-        while len(tok.encode(" ".join(words), add_special_tokens=False)) < n_tokens:
+        while len(tok.encode(" ".join(words) + LONG_ANSWER, add_special_tokens=False)) < n_tokens:
             words.append(rng.choice(WORDS))
-        return " ".join(words)
+        return " ".join(words) + LONG_ANSWER
 
     prompts = {(c, r): [prompt() for _ in range(c)] for c in levels for r in range(repeats)}
     return prompts, {n: prompt() for n in (BASE, SKULK, SKULK_MLX, LLAMA_SERVER)}
