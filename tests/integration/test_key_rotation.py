@@ -192,6 +192,7 @@ def test_rotating_the_cluster_key_with_rolling_restarts_fails_no_request(nodes, 
     clients = Clients(target=cluster[1])
     threads = clients.start(2)
     t0 = time.monotonic()
+    served_across: dict[str, int] = {}  # requests that ended well while each node restarted
     steps = (("keygen --add-to", ("cluster", "keygen", "--out", keys / "step1.key", "--add-to", keys / "old.key")),
              ("promote", ("cluster", "promote", keys / "step1.key", "--out", keys / "step2.key")),
              ("retire", ("cluster", "retire", keys / "step2.key", "--out", keys / "step3.key")))
@@ -203,7 +204,9 @@ def test_rotating_the_cluster_key_with_rolling_restarts_fails_no_request(nodes, 
                 via = cluster[(i + 1) % 3]
                 clients.send_to(via, away_from=node)
                 leader = (converged(cluster, 3) or {}).get("master") == ids[i]
+                before = clients.served
                 took = restart_in_place(via, node, ids[i], cluster)
+                served_across[f"step {n}, {node.home.name}"] = clients.served - before
                 print(f"step {n} ({what}): {node.home.name}{' (the leader)' if leader else ''} drained, "
                       f"restarted and serving again in {took:.1f}s; {clients.served} requests served so far")
     finally:
@@ -215,7 +218,8 @@ def test_rotating_the_cluster_key_with_rolling_restarts_fails_no_request(nodes, 
           f"slowest in {clients.longest:.2f}s; {time.monotonic() - started:.1f}s in all")
     assert not any(t.is_alive() for t in threads), "a client hung"
     assert not clients.failures, "\n".join(clients.failures)
-    assert clients.served >= 50, clients.served
+    # traffic flowed through every restart (how much depends on the machine's speed, not on the code)
+    assert len(served_across) == 9 and all(served_across.values()), served_across
 
     # One cluster, on the new key only.
     formed = wait_until(cluster[0], lambda: converged(cluster, 3), 30, "one cluster")
