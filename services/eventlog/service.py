@@ -138,8 +138,9 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if len(frames) == 2 and frames[0] in API_TOPICS:  # anything else from a local process is dropped
-                segment.append(frames[0], frames[1])
+            if len(frames) >= 2 and frames[0] in API_TOPICS:  # anything else from a local process is dropped
+                for payload in frames[1:]:  # one record, or a thread's held chunk records in order
+                    segment.append(frames[0], payload)
 
     loop.add_reader(sub, on_event)
     loop.add_reader(master, on_master)
