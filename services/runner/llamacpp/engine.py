@@ -94,7 +94,9 @@ class _Row:
 
 @dataclass(frozen=True, slots=True)
 class Logits:
-    """One row's logits after its grammar's mask (a copy: llama.cpp reuses its buffer)."""
+    """One row's logits after its grammar's mask: a view of llama.cpp's buffer (a masked copy
+    for a constrained row), valid until the engine's next decode. The step's consumers (the
+    session's logprobs) read it before the next step begins; nothing may keep it longer."""
 
     values: np.ndarray
 
@@ -291,7 +293,7 @@ class LlamaCppEngine:
                     row.done = min(row.done, first)
                 preempted.append(self._preempt_youngest())
                 continue
-            logits = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ctx), shape=(len(outputs), self.vocab_size))
+            logits = self.batch.outputs(self.lib, self.ctx, len(outputs), self.vocab_size)
             tokens = [self._next(row, logits[i]) for i, row in enumerate(outputs)]
             return StepOutput(progress, tokens, preempted)
         return StepOutput([], [], preempted)
@@ -351,10 +353,11 @@ class LlamaCppEngine:
             raise RuntimeError(f"llama_decode failed ({rc}): see the runner's log")
 
     def _next(self, row: _Row, raw: np.ndarray) -> TokenOut:
-        values = np.array(raw, dtype=np.float32)
+        values = raw  # llama.cpp's buffer, read before the next decode (`Logits`)
         if row.grammar is not None:
             allowed = row.grammar.allowed(row.output[-1] if row.output else None)
             if allowed is not None:
+                values = np.array(raw, dtype=np.float32)  # masked: a copy of its own
                 values[~allowed[:len(values)]] = -np.inf
         out = self.emit(row, row.sampler(values), values)
         if out.finish is not None:

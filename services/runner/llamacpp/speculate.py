@@ -22,8 +22,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from skulk.services.runner.engine import TokenOut
 from skulk.services.runner.speculate import SpecMode, SpecSettings, accepted, propose
 
@@ -69,8 +67,7 @@ def step(engine: LlamaCppEngine) -> list[TokenOut] | None:
     engine.batch.clear()
     engine.batch.add([row.output[-1], *drafts], last, row.seq, want_last=True, want_all=True)
     engine.decode()
-    raw = np.ctypeslib.as_array(engine.lib.llama_get_logits(engine.ctx), shape=(len(drafts) + 1, engine.vocab_size))
-    values = [np.array(raw[i], dtype=np.float32) for i in range(len(drafts) + 1)]
+    values = list(engine.batch.outputs(engine.lib, engine.ctx, len(drafts) + 1, engine.vocab_size))
     choices = [row.sampler(v) for v in values]  # the sampler's choice after the token and each draft
     kept = accepted(drafts, choices)
     row.spec_misses = 0 if kept else row.spec_misses + 1
