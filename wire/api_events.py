@@ -17,6 +17,10 @@ from skulk.wire.message import Message
 CHUNK_TOPIC = b"api.chunk"
 TASK_TOPIC = b"api.task"
 API_TOPICS = (CHUNK_TOPIC, TASK_TOPIC)
+CHUNKS_PER_MESSAGE = 64
+"""A message on `CHUNK_TOPIC` is the topic and 1 to this many `ChunkGenerated` records, in the
+order the API streamed them (one message per token woke the eventlog at every token); one on
+`TASK_TOPIC` is the topic and one record."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from skulk.services.eventlog.catchup import CatchUp, Step
 from skulk.services.eventlog.retention import Retention, is_refresh, worth_recording
 from skulk.services.eventlog.segment import Segment
 from skulk.wire import endpoints
-from skulk.wire.api_events import API_TOPICS
+from skulk.wire.api_events import API_TOPICS, CHUNK_TOPIC, CHUNKS_PER_MESSAGE
 from skulk.wire.cluster import EventBatch, ReplayRequest
 from skulk.wire.codec import decode, encode
 from skulk.wire.errors import WireError
@@ -70,6 +70,16 @@ def recorded_position(directory: Path) -> tuple[str, int]:
             if isinstance(ev, IndexedEvent):
                 return ev.session, ev.idx
     return "", -1
+
+
+def api_records_shape(frames: list[bytes]) -> bool:
+    """A message the API may send (`wire/api_events.py`): a task record alone, or 1 to
+    `CHUNKS_PER_MESSAGE` chunk records."""
+    if len(frames) < 2:
+        return False
+    if frames[0] == CHUNK_TOPIC:
+        return len(frames) - 1 <= CHUNKS_PER_MESSAGE
+    return frames[0] in API_TOPICS and len(frames) == 2
 
 
 def setup(loop: ServiceLoop, argv: list[str]) -> None:
@@ -138,7 +148,7 @@ def setup(loop: ServiceLoop, argv: list[str]) -> None:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if len(frames) >= 2 and frames[0] in API_TOPICS:  # anything else from a local process is dropped
+            if api_records_shape(frames):  # anything else from a local process is dropped
                 for payload in frames[1:]:  # one record, or a thread's held chunk records in order
                     segment.append(frames[0], payload)
 

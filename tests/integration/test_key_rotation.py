@@ -72,6 +72,7 @@ class Clients:
 
     target: Node
     served: int = 0
+    spans: list[tuple[float, float]] = field(default_factory=list)  # (sent, ended) of each request that ended well
     longest: float = 0.0  # the slowest request's time (a leader's restart: routing waits for the next)
     failures: list[str] = field(default_factory=list)
     busy: dict[int, Node] = field(default_factory=dict)  # thread -> the node its request goes through
@@ -83,6 +84,11 @@ class Clients:
         for t in threads:
             t.start()
         return threads
+
+    def served_within(self, start: float, end: float) -> int:
+        """Requests sent at or after `start` that ended well by `end`."""
+        with self.cond:
+            return sum(start <= sent and ended <= end for sent, ended in self.spans)
 
     def send_to(self, node: Node, away_from: Node) -> None:
         """New requests go to `node`; returns once no request goes through `away_from`."""
@@ -101,6 +107,8 @@ class Clients:
                 del self.busy[i]
                 self.longest = max(self.longest, time.monotonic() - sent)
                 self.served += error is None
+                if error is None:
+                    self.spans.append((sent, time.monotonic()))
                 if error is not None:
                     self.failures.append(f"via {node.home.name}: {error}")
                 self.cond.notify_all()
@@ -192,7 +200,7 @@ def test_rotating_the_cluster_key_with_rolling_restarts_fails_no_request(nodes, 
     clients = Clients(target=cluster[1])
     threads = clients.start(2)
     t0 = time.monotonic()
-    served_across: dict[str, int] = {}  # requests that ended well while each node restarted
+    served_across: dict[str, int] = {}  # requests sent and ended well while each node restarted
     steps = (("keygen --add-to", ("cluster", "keygen", "--out", keys / "step1.key", "--add-to", keys / "old.key")),
              ("promote", ("cluster", "promote", keys / "step1.key", "--out", keys / "step2.key")),
              ("retire", ("cluster", "retire", keys / "step2.key", "--out", keys / "step3.key")))
@@ -204,9 +212,9 @@ def test_rotating_the_cluster_key_with_rolling_restarts_fails_no_request(nodes, 
                 via = cluster[(i + 1) % 3]
                 clients.send_to(via, away_from=node)
                 leader = (converged(cluster, 3) or {}).get("master") == ids[i]
-                before = clients.served
+                began = time.monotonic()
                 took = restart_in_place(via, node, ids[i], cluster)
-                served_across[f"step {n}, {node.home.name}"] = clients.served - before
+                served_across[f"step {n}, {node.home.name}"] = clients.served_within(began, time.monotonic())
                 print(f"step {n} ({what}): {node.home.name}{' (the leader)' if leader else ''} drained, "
                       f"restarted and serving again in {took:.1f}s; {clients.served} requests served so far")
     finally:

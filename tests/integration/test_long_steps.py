@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from skulk.node.config import NodeConfig
+from skulk.supervisor.tree import RUNNER_MIN_LIVENESS
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.harness import wait_until
 from tests.integration.patience import patience
 from tests.integration.serving import MODEL, NO_RESUME, http_json, wait_model_ready
 
-SLOW_S = 20.0  # twice the 10 s a silent runner is given
+SILENT_S = RUNNER_MIN_LIVENESS * NodeConfig(home=Path()).heartbeat_s  # a silent runner is given this (10 s)
+SLOW_S = 2 * SILENT_S  # a step twice that long must not be taken for silence
 STEP_DEADLINE_S = 15.0
 
 
@@ -29,7 +33,7 @@ def ask(node: Any, out: dict[str, Any]) -> None:
     out["took"] = time.monotonic() - t0
 
 
-def test_a_20s_first_step_answers_and_a_step_that_never_returns_fails_at_its_deadline(nodes, demo_model):
+def test_a_long_first_step_answers_and_a_step_that_never_returns_fails_at_its_deadline(nodes, demo_model):
     slow = nodes("slow", args=("--place", MODEL), models={DEMO_DIR: demo_model},
                  env={"SKULK_FAULTS": f"runner@prefill=slow:{SLOW_S:.0f}"})
     stuck = nodes("stuck", config={"runner": {"step_deadline_s": STEP_DEADLINE_S}, **NO_RESUME},  # its error

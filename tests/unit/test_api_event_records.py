@@ -1,6 +1,7 @@
 """The API's event-log records (`services/api/links/event_log.py`) as the eventlog role reads
 them: a request's routing, its chunks held and sent several to a message, in order, and its end;
-a held record waits at most `CHUNK_HOLD_S` or `CHUNKS_PER_SEND` records."""
+held records go once a chunk comes `CHUNK_HOLD_S` after the oldest, at `CHUNKS_PER_MESSAGE`
+records, or when the stream pauses (`flush`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,16 @@ import zmq
 
 from skulk.services.api.links import event_log
 from skulk.services.api.links.event_log import EventRecorder
+from skulk.services.eventlog.service import api_records_shape
 from skulk.wire import codec, endpoints
-from skulk.wire.api_events import CHUNK_TOPIC, TASK_TOPIC, ChunkGenerated, RequestEnded, RequestRouted
+from skulk.wire.api_events import (
+    CHUNK_TOPIC,
+    CHUNKS_PER_MESSAGE,
+    TASK_TOPIC,
+    ChunkGenerated,
+    RequestEnded,
+    RequestRouted,
+)
 from skulk.wire.commands import Routed
 from skulk.wire.inference import Done, TokenChunk
 
@@ -64,8 +73,41 @@ def test_held_chunks_go_after_the_hold_time_or_a_full_message(tmp_path, monkeypa
         clock[0] += event_log.CHUNK_HOLD_S
         rec.chunk(ROUTED, "m", chunk(2))  # the oldest has waited its time: all three go
         assert [len(records) for _, records in messages(sock)] == [3]
-        for seq in range(event_log.CHUNKS_PER_SEND):  # the clock stands still: only the count sends
+        for seq in range(CHUNKS_PER_MESSAGE):  # the clock stands still: only the count sends
             rec.chunk(ROUTED, "m", chunk(3 + seq))
-        assert [len(records) for _, records in messages(sock)] == [event_log.CHUNKS_PER_SEND]
+        assert [len(records) for _, records in messages(sock)] == [CHUNKS_PER_MESSAGE]
     finally:
         sock.close(0)
+
+
+def test_a_pause_in_the_stream_sends_what_is_held(tmp_path):
+    sock = pull(tmp_path)
+    rec = EventRecorder(tmp_path)
+    try:
+        rec.chunk(ROUTED, "m", chunk(0))
+        rec.flush()  # the stream's keep-alive
+        got = messages(sock)
+        rec.flush()  # nothing held: nothing sent
+        assert [(topic, len(records)) for topic, records in got] == [(CHUNK_TOPIC, 1)] and messages(sock) == []
+    finally:
+        sock.close(0)
+
+
+def test_the_eventlog_takes_only_the_shapes_the_api_sends():
+    one = b"x"
+    assert api_records_shape([CHUNK_TOPIC, one]) and api_records_shape([CHUNK_TOPIC] + [one] * CHUNKS_PER_MESSAGE)
+    assert api_records_shape([TASK_TOPIC, one])
+    assert not api_records_shape([CHUNK_TOPIC] + [one] * (CHUNKS_PER_MESSAGE + 1))
+    assert not api_records_shape([TASK_TOPIC, one, one]) and not api_records_shape([CHUNK_TOPIC])
+    assert not api_records_shape([b"state.event.x", one])
+
+
+def test_events_show_each_record_at_the_time_the_api_streamed_it():
+    """`GET /events` (`observe/events.py`): a record reaches the log later than it was streamed
+    (held, then sent with others), so its own `at` is shown, not the time the log appended it."""
+    from skulk.services.api.observe.events import tagged
+
+    record = ChunkGenerated(command_id="c1", task_id="t1", model="m", seq=1, text="w", token=3, at=1.5)
+    assert tagged(record, 99.0)["ChunkGenerated"]["at"] == 1.5
+    assert tagged(RequestEnded(command_id="c1", task_id="t1", model="m", outcome="done", reason="stop",
+                               prompt_tokens=1, completion_tokens=1, at=0.0), 99.0)["RequestEnded"]["at"] == 99.0

@@ -64,6 +64,8 @@ class Stream:
                     event = next(self._events, None)
                 if event is None:
                     return
+                if not isinstance(event, TokenChunk) and self.generation.events is not None:
+                    self.generation.events.flush()  # a pause (keep-alive, progress, a resume): its chunks on record now
                 if isinstance(event, Failed) and resume.resumable(event, self.resumes, self._timing.resume_attempts):
                     if (yield from self._resume(event)):
                         continue

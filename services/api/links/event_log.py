@@ -2,11 +2,13 @@
 to the eventlog role, sends that never block (a record the eventlog cannot take now is dropped
 and counted: a stream never waits on the disk).
 
-Chunk records go several to a message: a thread holds its stream's records until
-`CHUNKS_PER_SEND` are waiting, `CHUNK_HOLD_S` has passed since the oldest, or the request's next
-record (its end, or the thread's next request) is sent. One message per token woke the eventlog
-(and the socket threads between) at every token, CPU taken from the model's step on a small
-machine; the records, their order and their timestamps are the same."""
+Chunk records go several to a message (`wire/api_events.py`): a thread holds its stream's
+records until `CHUNKS_PER_MESSAGE` are waiting, a chunk comes `CHUNK_HOLD_S` after the oldest held
+one, or the stream has something else: a keep-alive or prefill progress (`flush`, from the
+stream), its end, or the thread's next request. One message per token woke the eventlog (and the
+socket threads between) at every token, CPU taken from the model's step on a small machine; the
+records, their order and their own times (`at`) are the same. A worker that dies mid-stream loses
+its held records with the stream's end record, as before with the end record alone."""
 
 from __future__ import annotations
 
@@ -18,20 +20,26 @@ from typing import Any
 import zmq
 
 from skulk.wire import codec, endpoints
-from skulk.wire.api_events import CHUNK_TOPIC, TASK_TOPIC, ChunkGenerated, RequestEnded, RequestRouted
+from skulk.wire.api_events import (
+    CHUNK_TOPIC,
+    CHUNKS_PER_MESSAGE,
+    TASK_TOPIC,
+    ChunkGenerated,
+    RequestEnded,
+    RequestRouted,
+)
 from skulk.wire.commands import Routed
 from skulk.wire.inference import Done, Failed, FailReason, TokenChunk
 from skulk.wire.message import Message
 from skulk.wire.sockets import make_socket
 
-HWM = 1000
-"""Messages one thread may have queued for the eventlog (with it down, at most this many wait;
-the rest are dropped). Not `IMMEDIATE`: a thread's first record goes out before its new
-connection completes and must not be lost for that."""
-CHUNKS_PER_SEND = 64
+HWM = 100
+"""Messages one thread may have queued for the eventlog (with it down, at most this many wait, up
+to 6,400 records, about 1.3 MB; the rest are dropped). Not `IMMEDIATE`: a thread's first record
+goes out before its new connection completes and must not be lost for that."""
 CHUNK_HOLD_S = 0.25
-"""How long a chunk record may wait for others to go with it (`GET /events` lags by this much at
-most while a stream runs)."""
+"""How long after the oldest held chunk record a new chunk sends them all (while tokens flow,
+`GET /events` lags a stream by about this much)."""
 
 
 class EventRecorder:
@@ -48,7 +56,7 @@ class EventRecorder:
         return sock
 
     def _send(self, topic: bytes, msg: Message) -> None:
-        self._flush()  # the thread's held chunk records go first: the log keeps their order
+        self.flush()  # the thread's held chunk records go first: the log keeps their order
         self._send_frames(topic, [codec.encode(msg)])
 
     def _send_frames(self, topic: bytes, payloads: list[bytes]) -> None:
@@ -57,7 +65,8 @@ class EventRecorder:
         except zmq.ZMQError:  # no eventlog now, or it is behind: drop, never wait
             self.dropped += len(payloads)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send this thread's held chunk records now (a stream that pauses: keep-alives)."""
         held: list[bytes] | None = getattr(self.local, "held", None)
         if held:
             self.local.held = []
@@ -78,8 +87,8 @@ class EventRecorder:
                                                 seq=chunk.seq, text=chunk.text, token=chunk.token,
                                                 reasoning=chunk.reasoning, tool_calls=len(chunk.tool_calls),
                                                 at=now)))
-        if len(held) >= CHUNKS_PER_SEND or now - self.local.since >= CHUNK_HOLD_S:
-            self._flush()
+        if len(held) >= CHUNKS_PER_MESSAGE or now - self.local.since >= CHUNK_HOLD_S:
+            self.flush()
 
     def ended(self, routed: Routed, model: str, outcome: Done | Failed | None, prompt_tokens: int) -> None:
         if isinstance(outcome, Done):

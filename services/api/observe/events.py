@@ -41,7 +41,8 @@ def tagged(msg: Message, when: float) -> dict[str, Any]:
     if isinstance(msg, IndexedEvent):
         body = {**_plain(to_plain(msg.event)), "event_id": msg.idx, "session": msg.session, "at": when}
         return {type(msg.event).__name__: body}
-    return {type(msg).__name__: {**_plain(to_plain(msg)), "at": when}}
+    fields = _plain(to_plain(msg))  # the API's records carry their own time (`at`): they reach the log in groups
+    return {type(msg).__name__: {**fields, "at": fields.get("at") or when}}
 
 
 class EventsResource:

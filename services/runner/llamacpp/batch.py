@@ -40,7 +40,7 @@ class Batch:
         raw.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.raw = raw
         self.n = 0
-        self._logit_types: dict[int, Any] = {}  # ctypes array type per row count (`outputs`)
+        self._logit_types: dict[tuple[int, int], Any] = {}  # ctypes array type per (rows, vocab) (`outputs`)
 
     def clear(self) -> None:
         self.n = 0
@@ -63,13 +63,15 @@ class Batch:
     def outputs(self, lib: Any, ctx: Any, rows: int, vocab: int) -> np.ndarray:
         """The last decode's logits, `rows` x `vocab` float32, in batch order: a view of
         llama.cpp's buffer, valid until the context's next decode (read it within the step)."""
-        kind = self._logit_types.get(rows)
+        kind = self._logit_types.get((rows, vocab))
         if kind is None:
-            kind = self._logit_types[rows] = ctypes.c_float * (rows * vocab)
+            kind = self._logit_types[(rows, vocab)] = ctypes.c_float * (rows * vocab)
         address = ctypes.cast(lib.llama_get_logits(ctx), ctypes.c_void_p).value
         if not address:
             raise RuntimeError("llama.cpp gave no logits for the step")
-        return np.frombuffer(cast(Any, kind.from_address(address)), dtype=np.float32).reshape(rows, vocab)
+        view = np.frombuffer(cast(Any, kind.from_address(address)), dtype=np.float32).reshape(rows, vocab)
+        view.flags.writeable = False  # llama.cpp's own buffer: a row to mask is copied first
+        return view
 
     def ready(self) -> Any:
         """The C struct for `llama_decode`, sized to what was added."""
