@@ -94,9 +94,7 @@ class _Row:
 
 @dataclass(frozen=True, slots=True)
 class Logits:
-    """One row's logits after its grammar's mask: a view of llama.cpp's buffer (a masked copy
-    for a constrained row), valid until the engine's next decode. The step's consumers (the
-    session's logprobs) read it before the next step begins; nothing may keep it longer."""
+    """One row's logits: llama.cpp's buffer, read-only and read within the step, or a masked copy."""
 
     values: np.ndarray
 
@@ -353,12 +351,11 @@ class LlamaCppEngine:
             raise RuntimeError(f"llama_decode failed ({rc}): see the runner's log")
 
     def _next(self, row: _Row, raw: np.ndarray) -> TokenOut:
-        values = raw  # llama.cpp's buffer, read before the next decode (`Logits`)
+        values = raw  # llama.cpp's buffer (`Logits`)
         if row.grammar is not None:
             allowed = row.grammar.allowed(row.output[-1] if row.output else None)
             if allowed is not None:
-                values = np.array(raw, dtype=np.float32)  # masked: a copy of its own
-                values[~allowed[:len(values)]] = -np.inf
+                values = np.where(allowed[:len(raw)], raw, np.float32(-np.inf))  # a masked copy
         out = self.emit(row, row.sampler(values), values)
         if out.finish is not None:
             self.retire(row)
