@@ -46,6 +46,11 @@ def preload_blas() -> str | None:
     return found
 
 
+def preloaded() -> str | None:
+    """The OpenBLAS this process preloaded (`preload_blas`), or None."""
+    return _preloaded[0] if _preloaded else None
+
+
 def threads_beside_ranks(cores: int, hosts: Sequence[str], rank: int, here: Collection[str],
                          given: int) -> int | None:
     """OpenBLAS threads for rank `rank` of a sharded instance whose other ranks may share this

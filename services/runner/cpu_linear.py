@@ -20,6 +20,8 @@ SkylakeX small kernel does; its kernels on AMD Zen, for one, do not: a row diffe
 4e-6 between the two), so `install` first checks it on this machine, with the model's own
 weights (`exact_here`: every row of a 16-row call against the same row alone, and in calls of
 other sizes), and keeps sgemm where any bit differs, whatever the timing or the switch says.
+The check and the timing below are made once per machine and model and kept for later
+starts (`cpu_linear_kept.py`).
 Hence the limits: only single-position inputs (a decode step) take this path; only in a runner
 whose batch holds at most 16 (`runner.max_batch`, the default), or a row would switch paths as
 the batch grows past 16; only weights whose 16-row block at 16 rows fits the kernel (an input
@@ -47,6 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from skulk.services.runner.cpu_linear_kept import Kept, Measured
 
 log = logging.getLogger("skulk.runner")
 
@@ -245,18 +249,39 @@ def install(model: Any, max_batch: int, sharded: bool, timer: Callable[[], float
         return Choice(False, Reason.NO_LAYOUT)
     blocked = BlockedMatmul(two_streams=blas_threads() != 1 and (os.cpu_count() or 1) > 1)
     checked = len({tuple(w.shape) for w in fitting})
-    inexact = by_exactness(exact_here(blocked, fitting))
+    measured, earlier = _measure(blocked, fitting, choice is None, timer)
+    note = "measured at an earlier start" if earlier else ""
+    inexact = by_exactness(measured.differs)
     if inexact is not None:
-        return inexact
+        return Choice(False, inexact.reason, "; ".join(d for d in (inexact.detail, note) if d))
     if choice is None:
-        choice = by_timing(*_time_both(blocked, fitting, timer))
+        assert measured.timing is not None
+        choice = by_timing(*measured.timing)
+    details = (choice.detail, exact_detail(checked) if choice.blocked else "", note)
+    choice = Choice(choice.blocked, choice.reason, "; ".join(d for d in details if d))
     if choice.blocked:
-        choice = Choice(True, choice.reason, "; ".join(d for d in (choice.detail, exact_detail(checked)) if d))
         classes: dict[type, type] = {nn.Linear: _blocked_subclass(nn.Linear, "__call__", blocked),
                                      nn.Embedding: _blocked_subclass(nn.Embedding, "as_linear", blocked)}
         for m in layers:
             m.__class__ = classes[type(m)]
     return choice
+
+
+def _measure(blocked: BlockedMatmul, weights: list[Any], timed: bool,
+             timer: Callable[[], float]) -> tuple[Measured, bool]:
+    """Whether the blocks are exact here and, where `timed` and they are, both ways' times: kept
+    from an earlier start on this machine (`cpu_linear_kept.py`), else measured now and kept.
+    True where nothing had to be measured."""
+    kept = Kept.for_weights([tuple(w.shape) for w in weights], blocked.second is not None)
+    measured = kept.read()
+    was = measured
+    if measured is None:
+        measured = Measured(exact_here(blocked, weights))
+    if timed and not measured.differs and measured.timing is None:
+        measured = Measured(measured.differs, _time_both(blocked, weights, timer))
+    if measured != was:
+        kept.keep(measured)
+    return measured, measured == was
 
 
 EXACT_SIZES = (1, 2, 5, 8, 9, 12, 16)

@@ -20,27 +20,17 @@ import logging
 import os
 import pickle
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from skulk.services.runner.user_cache import cache_dir, write_atomic
+
 log = logging.getLogger("skulk.runner")
 
 MODULE = "transformers.utils.import_utils"
 FUNCTION = "create_import_structure_from_path"
-
-
-def cache_dir() -> Path | None:
-    """`$XDG_CACHE_HOME/skulk`, else `~/.cache/skulk`; None where there is no home to tell."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        try:
-            base = str(Path.home() / ".cache")
-        except RuntimeError:  # no HOME and no password entry (a bare service account)
-            return None
-    return Path(base) / "skulk"
 
 
 class FolderIndex:
@@ -67,17 +57,10 @@ class FolderIndex:
         self.entries[folder] = (stamp, structure)
         if self.path is None:
             return
-        tmp = ""
-        try:  # atomic: a concurrent reader sees the old file or the new one
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(self.entries, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.path)
+        try:
+            write_atomic(self.path, pickle.dumps(self.entries, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception as exc:  # noqa: BLE001 - a read-only home, say: every process walks, as without us
             log.debug("transformers index not cached: %s", exc)
-            if tmp:
-                Path(tmp).unlink(missing_ok=True)
 
 
 def cached(real: Callable[[str], Any], index_of: Callable[[], FolderIndex]) -> Callable[[Any], Any]:

@@ -123,6 +123,10 @@ def blocked_cases() -> dict[str, float]:
     out["blocked install"] = float(choice.blocked != exact or swapped != exact
                                    or (choice.reason is not cpu_linear.Reason.NOT_EXACT) == (not exact))
     out["blocked tied model"] = (mx.abs(model(x) - ref).max() / mx.abs(ref).max()).item()
+    again = cpu_linear.install(Tied(), 16, sharded=False)  # the same shapes: the first install's check, kept
+    out["blocked kept for the next start"] = float(again.blocked != choice.blocked
+                                                   or not again.detail.endswith("measured at an earlier start")
+                                                   or "measured at an earlier start" in choice.detail)
     kept = [cpu_linear.install(nn.Linear(4, 4), 17, sharded=False),
             cpu_linear.install(nn.Linear(4, 4), 8, sharded=True)]
     out["blocked kept off"] = float(any(c.blocked for c in kept))

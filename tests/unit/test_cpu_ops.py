@@ -4,13 +4,15 @@ subprocess: mlx stays out of the pytest process)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 
-def test_fast_cpu_attention_swiglu_and_rope_match_mlx():
+def test_fast_cpu_attention_swiglu_and_rope_match_mlx(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # the decode-matmul check measured here, then kept
     run = subprocess.run([sys.executable, "-m", "tests.unit.cpu_ops_check"], capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr
     diffs = json.loads(run.stdout)
     assert len(diffs) >= 15
