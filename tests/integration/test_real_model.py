@@ -66,6 +66,7 @@ def test_the_import_is_the_trained_model(real_model):
     assert config["model_type"] == "llama" and config["num_hidden_layers"] == 30 and config["rope_traditional"]
     assert config["quantization"]["bits"] == 4 and config["tie_word_embeddings"]
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in (real_model / "README.md").read_text()
+    assert [p.name for p in real_model.parent.iterdir()] == [real_model.name]  # `skulk model demo` left no work dir
 
 
 def test_placement_counts_what_the_runner_holds_not_the_files_size(real_node, real_model):
