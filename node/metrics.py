@@ -65,6 +65,9 @@ INTER_TOKEN = Histogram("skulk_inter_token_latency_seconds", "Between successive
                         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))
 IN_FLIGHT = Gauge("skulk_requests_in_flight", "Generation requests this node's API is serving",
                   ("api",), multiprocess_mode="livesum")
+API_RECORDS_DROPPED = Counter("skulk_api_event_records_dropped", "The API's event-log records (a request's "
+                              "routing, chunks, end) dropped because the eventlog could not take them at once "
+                              "(stopped or behind): a stream never waits on the log", ("record",))
 
 # ---- the worker, from its runners' RunnerReports on the bus ----------------------------------
 RUNNER_LABELS = ("runner_id", "instance_id", "model")

@@ -111,3 +111,22 @@ def test_events_show_each_record_at_the_time_the_api_streamed_it():
     assert tagged(record, 99.0)["ChunkGenerated"]["at"] == 1.5
     assert tagged(RequestEnded(command_id="c1", task_id="t1", model="m", outcome="done", reason="stop",
                                prompt_tokens=1, completion_tokens=1, at=0.0), 99.0)["RequestEnded"]["at"] == 99.0
+
+
+def test_records_the_eventlog_cannot_take_are_dropped_and_counted(tmp_path):
+    """No eventlog: a thread's socket queues `HWM` messages, then drops (never waits) and counts
+    each record dropped by kind in `skulk_api_event_records_dropped_total`."""
+    from prometheus_client import REGISTRY
+
+    def dropped(record: str) -> float:
+        return REGISTRY.get_sample_value("skulk_api_event_records_dropped_total", {"record": record}) or 0.0
+
+    before = {r: dropped(r) for r in ("request", "chunk")}
+    rec = EventRecorder(tmp_path)  # nobody bound its endpoint
+    for _ in range(event_log.HWM + 5):
+        rec.routed(ROUTED, "m")
+    rec.chunk(ROUTED, "m", chunk(0))
+    rec.chunk(ROUTED, "m", chunk(1))
+    rec.flush()
+    assert dropped("request") - before["request"] == 5
+    assert dropped("chunk") - before["chunk"] == 2

@@ -1,6 +1,6 @@
 """The API's records in its node's event log (`wire/api_events.py`): a PUSH socket per thread
 to the eventlog role, sends that never block (a record the eventlog cannot take now is dropped
-and counted: a stream never waits on the disk).
+and counted in `skulk_api_event_records_dropped_total`: a stream never waits on the disk).
 
 Chunk records go several to a message (`wire/api_events.py`): a thread holds its stream's
 records until `CHUNKS_PER_MESSAGE` are waiting, a chunk comes `CHUNK_HOLD_S` after the oldest held
@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from skulk.node import metrics
 from skulk.wire import codec, endpoints
 from skulk.wire.api_events import (
     CHUNK_TOPIC,
@@ -46,7 +47,6 @@ class EventRecorder:
     def __init__(self, run_dir: Path) -> None:
         self.endpoint = endpoints.eventlog_in(run_dir)
         self.local = threading.local()
-        self.dropped = 0
 
     def _sock(self) -> zmq.Socket[Any]:
         sock = getattr(self.local, "sock", None)
@@ -63,7 +63,7 @@ class EventRecorder:
         try:
             self._sock().send_multipart([topic, *payloads], zmq.NOBLOCK)
         except zmq.ZMQError:  # no eventlog now, or it is behind: drop, never wait
-            self.dropped += len(payloads)
+            metrics.API_RECORDS_DROPPED.labels("chunk" if topic == CHUNK_TOPIC else "request").inc(len(payloads))
 
     def flush(self) -> None:
         """Send this thread's held chunk records now (a stream that pauses: keep-alives)."""
