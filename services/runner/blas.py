@@ -46,9 +46,20 @@ def preload_blas() -> str | None:
     return found
 
 
-def preloaded() -> str | None:
-    """The OpenBLAS this process preloaded (`preload_blas`), or None."""
-    return _preloaded[0] if _preloaded else None
+def identity() -> str:
+    """Which BLAS computes this process's matmuls: the preloaded OpenBLAS's build and the kernel
+    it chose for this CPU (`OPENBLAS_CORETYPE` may force another), or "" without one."""
+    if not _library:
+        return ""
+    parts = [_preloaded[0] or ""]
+    for name in ("openblas_get_config", "openblas_get_corename"):
+        try:
+            fn = getattr(_library[0], name)
+            fn.restype = ctypes.c_char_p
+            parts.append((fn() or b"").decode(errors="replace"))
+        except AttributeError:  # another BLAS under OpenBLAS's name
+            parts.append("")
+    return " | ".join(parts)
 
 
 def threads_beside_ranks(cores: int, hosts: Sequence[str], rank: int, here: Collection[str],

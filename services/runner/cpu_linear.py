@@ -17,8 +17,8 @@ differ from 1 in the last bit), so the rows are padded to 8 (or 16 when more tha
 request's arithmetic never depends on what else is in the batch, and a seeded request repeats.
 That holds only where the BLAS computes a row the same way in an 8- and a 16-row call (OpenBLAS's
 SkylakeX small kernel does; its kernels on AMD Zen, for one, do not: a row differs by 1e-7 to
-4e-6 between the two), so `install` first checks it on this machine, with the model's own
-weights (`exact_here`: every row of a 16-row call against the same row alone, and in calls of
+4e-6 between the two), so `install` first checks it on this machine, with weights of the model's
+shapes (`exact_here`: every row of a 16-row call against the same row alone, and in calls of
 other sizes), and keeps sgemm where any bit differs, whatever the timing or the switch says.
 The check and the timing below are made once per machine and model and kept for later
 starts (`cpu_linear_kept.py`).
@@ -42,15 +42,18 @@ the other CPU kernels.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
-from skulk.services.runner.cpu_linear_kept import Kept, Measured
+from skulk.services.runner.cpu_linear_kept import Kept, Measured, Timing
 
 log = logging.getLogger("skulk.runner")
 
@@ -249,13 +252,15 @@ def install(model: Any, max_batch: int, sharded: bool, timer: Callable[[], float
         return Choice(False, Reason.NO_LAYOUT)
     blocked = BlockedMatmul(two_streams=blas_threads() != 1 and (os.cpu_count() or 1) > 1)
     checked = len({tuple(w.shape) for w in fitting})
-    measured, earlier = _measure(blocked, fitting, choice is None, timer)
+    kept = Kept.for_weights([tuple(w.shape) for w in fitting], blocked.second is not None, code_fingerprint())
+    measured, earlier = _measure(kept, blocked, fitting, choice is None, timer)
     note = "measured at an earlier start" if earlier else ""
     inexact = by_exactness(measured.differs)
     if inexact is not None:
         return Choice(False, inexact.reason, "; ".join(d for d in (inexact.detail, note) if d))
-    if choice is None:
-        assert measured.timing is not None
+    if choice is None:  # auto: the timing decides
+        if measured.timing is None:
+            raise RuntimeError("decode matmuls: an exact layout was not timed")  # `_measure` times it
         choice = by_timing(*measured.timing)
     details = (choice.detail, exact_detail(checked) if choice.blocked else "", note)
     choice = Choice(choice.blocked, choice.reason, "; ".join(d for d in details if d))
@@ -267,21 +272,25 @@ def install(model: Any, max_batch: int, sharded: bool, timer: Callable[[], float
     return choice
 
 
-def _measure(blocked: BlockedMatmul, weights: list[Any], timed: bool,
+def _measure(kept: Kept, blocked: BlockedMatmul, weights: list[Any], timed: bool,
              timer: Callable[[], float]) -> tuple[Measured, bool]:
     """Whether the blocks are exact here and, where `timed` and they are, both ways' times: kept
     from an earlier start on this machine (`cpu_linear_kept.py`), else measured now and kept.
     True where nothing had to be measured."""
-    kept = Kept.for_weights([tuple(w.shape) for w in weights], blocked.second is not None)
-    measured = kept.read()
-    was = measured
-    if measured is None:
-        measured = Measured(exact_here(blocked, weights))
+    was = kept.read()
+    measured = was if was is not None else Measured(exact_here(blocked, weights))
     if timed and not measured.differs and measured.timing is None:
-        measured = Measured(measured.differs, _time_both(blocked, weights, timer))
+        measured = Measured(measured.differs, Timing(*_time_both(blocked, weights, timer)))
     if measured != was:
         kept.keep(measured)
     return measured, measured == was
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """This file's bytes, hashed: measurements kept by another version of the block layout (its
+    bounds, padding, sizes checked) are not this one's."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 EXACT_SIZES = (1, 2, 5, 8, 9, 12, 16)

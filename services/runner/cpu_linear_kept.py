@@ -1,14 +1,18 @@
 """What `cpu_linear` measures at load, kept per machine and model for the next runner.
 
-Whether a weight's row blocks are exact on this CPU (`exact_here`) and how their time compares
-with sgemm's (`_time_both`) depend only on the machine (its CPU, cores and BLAS library), mlx,
-whether the blocks run on two streams, and the model's weight shapes: about a second of every
-MLX runner's start on a CPU (0.3 s checking, 0.7 s timing, 1.7 CPU-s for SmolLM2-135M's fp32
+Whether the row blocks of weights of given shapes are exact on this CPU (`exact_here`) and how
+their time compares with sgemm's (`_time_both`) depend on the machine (its CPU, the cores this
+process may use, the BLAS build and the kernel it picked), mlx, the thread layout (one or two
+streams, OpenBLAS's threads), the weights' shapes and `cpu_linear`'s own code (its block layout):
+about a second of every MLX runner's start on a CPU (1.3 s, 1.7 CPU-s, for SmolLM2-135M's fp32
 weights on a 2-core x86 VM). The first runner keeps them in the user's cache folder
 (`decode-matmuls/<key>.json`, `user_cache.py`) and later runners with the same key read them
-instead. Another CPU (a VM moved to another host type), BLAS, mlx or model has another key and
-is measured again; a missing, torn or foreign file, or a cache folder that cannot be written, only
-means measuring at every start, as without it. Delete the folder to measure again.
+instead. Anything else in the key is measured again; a missing, torn or foreign file, or a cache
+folder that cannot be written, only means measuring at every start, as without it.
+
+The timing is kept as the first start measured it: a start on a busy machine may have timed the
+slower way faster (the choice is between two exact paths, so only speed is at stake). Delete the
+folder to measure again.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from skulk.services.runner import blas
 from skulk.services.runner.user_cache import cache_dir, write_atomic
@@ -33,13 +37,21 @@ CPU_FIELDS = ("model name", "flags", "Features", "CPU implementer", "CPU part")
 """/proc/cpuinfo's lines that name the CPU (x86: model and instruction sets; Arm: core type)."""
 
 
+class Timing(NamedTuple):
+    """Milliseconds for 8 rows through a sample of the weights, each way (`_time_both`)."""
+
+    sgemm_ms: float
+    blocks_ms: float
+    weights: int
+
+
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """`exact_here`'s answer ("" where every row is exact) and, where it was timed, `_time_both`'s
-    (sgemm ms, blocks ms, weights timed)."""
+    """`exact_here`'s answer ("" where every row is exact) and, where it was timed, both ways'
+    times."""
 
     differs: str
-    timing: tuple[float, float, int] | None = None
+    timing: Timing | None = None
 
 
 def cpu_identity(cpuinfo: str) -> str:
@@ -53,26 +65,22 @@ def cpu_identity(cpuinfo: str) -> str:
     return json.dumps(seen, sort_keys=True)
 
 
-def _machine() -> dict[str, Any]:
+def machine() -> dict[str, Any]:
+    """What the measurements depend on outside the model: CPU, cores, BLAS, threads, mlx."""
     import mlx.core as mx
 
     try:
         cpu = cpu_identity(Path("/proc/cpuinfo").read_text())
-    except OSError:  # not Linux
+    except (OSError, ValueError):  # not Linux
         cpu = platform.processor()
-    library = blas.preloaded() or ""
-    try:
-        stat = os.stat(library) if library else None
-    except OSError:
-        stat = None
-    return {"cpu": cpu, "arch": platform.machine(), "cores": os.cpu_count(),
-            "blas": [library, stat.st_size if stat else 0, stat.st_mtime_ns if stat else 0],
+    return {"cpu": cpu, "arch": platform.machine(), "cores": os.cpu_count(), "usable": blas.usable_cores(),
+            "blas": blas.identity(), "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", ""),
             "mlx": str(getattr(mx, "__version__", ""))}
 
 
-def key_of(machine: dict[str, Any], shapes: Sequence[Sequence[int]], two_streams: bool) -> str:
+def key_of(machine: dict[str, Any], shapes: Sequence[Sequence[int]], two_streams: bool, code: str) -> str:
     """The file name the measurements of these weights on this machine are kept under."""
-    what = {"machine": machine, "two_streams": two_streams, "shapes": [list(s) for s in shapes]}
+    what = {"machine": machine, "two_streams": two_streams, "shapes": [list(s) for s in shapes], "code": code}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -85,8 +93,8 @@ def parse(text: str) -> Measured | None:
             return None
         if timing is None:
             return Measured(differs)
-        plain, blocked, weights = timing
-        return Measured(differs, (float(plain), float(blocked), int(weights)))
+        sgemm, blocks, weights = timing
+        return Measured(differs, Timing(float(sgemm), float(blocks), int(weights)))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -98,15 +106,15 @@ class Kept:
         self.path = folder / FOLDER / f"{key}.json" if folder is not None else None
 
     @classmethod
-    def for_weights(cls, shapes: Sequence[Sequence[int]], two_streams: bool) -> Kept:
-        return cls(cache_dir(), key_of(_machine(), shapes, two_streams))
+    def for_weights(cls, shapes: Sequence[Sequence[int]], two_streams: bool, code: str) -> Kept:
+        return cls(cache_dir(), key_of(machine(), shapes, two_streams, code))
 
     def read(self) -> Measured | None:
         if self.path is None:
             return None
         try:
             return parse(self.path.read_text())
-        except OSError:
+        except (OSError, ValueError):  # none yet, unreadable, not text
             return None
 
     def keep(self, measured: Measured) -> None:
@@ -116,4 +124,5 @@ class Kept:
         try:
             write_atomic(self.path, json.dumps(body).encode())
         except OSError as exc:
-            log.debug("decode-matmul measurements not kept (%s): measured again at the next start", exc)
+            log.info("decode-matmul measurements not kept in %s (%s): measured again at every start",
+                     self.path.parent, exc)
