@@ -133,11 +133,14 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     # Plain Linear layers before the split: as one node does on the CPU (fp32), and on any device
     # where the runner's own tensor split slices weights (it cannot slice packed quantized ones).
     dequantized = quantized(config) and (mx.default_device() == mx.cpu or own_tensor)
+    kept = False
     if dequantized:
         from mlx_lm.utils import dequantize_model
 
         model = dequantize_model(model)  # lazy: nothing is computed until the shard's eval
-        if mx.default_device() != mx.cpu:
+        if mx.default_device() == mx.cpu:  # the whole model's fp32 copy, where a runner kept one:
+            kept = fp32_cache.load(model_dir, model)  # read instead of computed (lazily: the shard's part)
+        else:
             model.set_dtype(mx.bfloat16)
     if own_tensor:
         llama_split.tensor(model.model, group)  # mlx-lm's shard needs the heads and MLP to divide
@@ -152,7 +155,8 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
     mx.eval(model.parameters())
     mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))  # every rank loaded
     path = f"{ring.sharding} rank {ring.rank}/{len(ring.hosts)} " + (
-        "cpu fp32" + (" (dequantized)" if dequantized else "") if mx.default_device() == mx.cpu
+        "cpu fp32" + (" (dequantized" + (", kept copy)" if kept else ")") if dequantized else "")
+        if mx.default_device() == mx.cpu
         else str(mx.default_device())) + shared
     return model, tokenizer, path
 
