@@ -1,16 +1,19 @@
-"""Two llama.cpp instances on one node, stepping at once: do their runners share the cores?
+"""Two instances on one node, stepping at once: do their runners share the cores?
 
-`python -m tools.bench_colocated --model-dir ~/.skulk/models/HuggingFaceTB--SmolLM2-135M-Instruct`
-(any model folder with a `model.gguf`: `skulk model demo` imports one). For each setting of
-`runner.threads` (0: every core, shared between the runners that step at once; 1: one each, the
-baseline) a fresh node serves one instance, then two: one stream alone, one stream beside the
-idle second instance, then two and four streams at once over both. Prints aggregate tok/s.
+`python -m tools.bench_colocated --model-dir ~/.skulk/models/HuggingFaceTB--SmolLM2-135M-Instruct
+[--engine llama_cpp|mlx]` (llama.cpp: any model folder with a `model.gguf`, which `skulk model
+demo` imports; MLX on the CPU: any MLX model folder). For each setting of the runners' threads (0:
+every core, shared between the runners that step at once; 1: one each, the baseline: llama.cpp's
+`runner.threads`, OpenBLAS's `OPENBLAS_NUM_THREADS` for MLX) a fresh node serves one instance,
+then two: one stream alone, one stream beside the idle second instance, then two and four streams
+at once over both. Prints aggregate tok/s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import threading
 import time
@@ -50,10 +53,13 @@ def aggregate(node: BenchNode, model: str, streams: int, tokens: int) -> float:
     return sum(done) / (time.monotonic() - t0)
 
 
-def run(model_dir: Path, model: str, threads: int, tokens: int) -> dict[str, float]:
+def run(model_dir: Path, model: str, threads: int, tokens: int, engine: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-colocated-") as root:
         node = BenchNode(Path(root), "node", model_dir)
-        node.home.joinpath("skulk.yaml").write_text(json.dumps({"runner": {"threads": threads}}))
+        node.home.joinpath("skulk.yaml").write_text(json.dumps({"runner": {"threads": threads, "engine": engine}}))
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        if engine == "mlx" and threads:
+            os.environ["OPENBLAS_NUM_THREADS"] = str(threads)  # the node's runners inherit it
         try:
             node.start(f"bench-{uuid.uuid4().hex[:8]}", None)
             out = {}
@@ -72,12 +78,13 @@ def run(model_dir: Path, model: str, threads: int, tokens: int) -> dict[str, flo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", type=Path, required=True, help="a model folder with model.gguf")
+    parser.add_argument("--model-dir", type=Path, required=True, help="a model folder (llama.cpp: with model.gguf)")
+    parser.add_argument("--engine", choices=("llama_cpp", "mlx"), default="llama_cpp")
     parser.add_argument("--tokens", type=int, default=96, help="new tokens a stream")
     parser.add_argument("--threads", type=int, nargs="+", default=[0, 1], help="runner.threads settings to run")
     ns = parser.parse_args()
     model = "/".join(ns.model_dir.name.partition("--")[::2])  # <org>--<name> -> <org>/<name>
-    rows = {t: run(ns.model_dir.resolve(), model, t, ns.tokens) for t in ns.threads}
+    rows = {t: run(ns.model_dir.resolve(), model, t, ns.tokens, ns.engine) for t in ns.threads}
     names = {t: f"threads {t}" if t else "shared" for t in rows}
     print(f"{'aggregate tok/s':32}" + "".join(f"{names[t]:>16}" for t in rows))
     for what in next(iter(rows.values())):

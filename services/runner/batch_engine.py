@@ -17,12 +17,14 @@ rank 0's entry count (`trim_cache`), so all ranks hold the same entries.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from skulk.cluster.state import TaskParams
-from skulk.services.runner import cpu_linear, cpu_ops, cpu_rope, drafter, sampling, speculate, warmup
+from skulk.services.runner import blas, cpu_linear, cpu_ops, cpu_rope, drafter, sampling, speculate, warmup
+from skulk.services.runner.core_share import CoreShare
 from skulk.services.runner.engine import Detokenizer, OutputFormat, PromptProgress, StepOutput, TokenOut, output_of
 from skulk.services.runner.prompt import template_inputs
 from skulk.services.runner.quant_path import QuantMode
@@ -67,6 +69,8 @@ class MlxBatchEngine:
         self.prefix: Any = None
         self.joined = 0  # requests inserted since the last step
         self.drafter: Any = None
+        self.share: CoreShare | None = None  # on the CPU, one node's whole model: OpenBLAS's threads shared
+        self.stepping_threads = 0
 
     # ---- boot ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -74,6 +78,10 @@ class MlxBatchEngine:
         from mlx_lm.models.cache import LRUPromptCache
 
         self.model, self.tokenizer, self.path = load_model(self.model_dir, self.ring, self.max_batch, self.quant_mode)
+        self.share = cpu_share(self.ring)
+        if self.share is not None:
+            self.stepping_threads = self.share.threads
+            self.path += ", BLAS threads shared with the runners stepping at once on this machine"
         if self.spec.mode is SpecMode.DRAFTER:
             self._load_drafter()
         model = self.model
@@ -200,9 +208,31 @@ class MlxBatchEngine:
             self.gen.remove(list(uids))
             for uid in uids:
                 self.spec_rows.pop(uid, None)
+        if self.share is not None and not self.active():
+            self.share.idle()
 
     def step(self) -> StepOutput:
         gen = self.gen
+        if self.share is not None:
+            self.stepping_threads = self.share.step_with(time.monotonic(), self.stepping_threads, self._set_threads)
+        try:
+            return self._step(gen)
+        finally:
+            if self.share is not None and not self.active():
+                self.share.idle()  # nothing left to step: the cores are the other runners'
+
+    def _set_threads(self, n: int) -> None:
+        """OpenBLAS's one global thread count, set while no matmul runs: mlx-lm computes the next
+        step on mlx's thread while the runner reads the last, so that step is waited for first
+        (only when the share changes: other runners start or stop stepping)."""
+        import mlx.core as mx
+
+        mx.synchronize()
+        blas.set_threads(n)
+        log.debug("stepping with %d BLAS threads (%d runners stepping on this machine)", n,
+                  self.share.busy_runners if self.share else 1)
+
+    def _step(self, gen: Any) -> StepOutput:
         if (self.spec.mode is not SpecMode.OFF
                 and (spec := speculate.step(gen, self.spec, self.spec_rows, self.drafter)) is not None):
             for e in spec:
@@ -273,3 +303,16 @@ def json_object_grammar() -> str:
         return json_schema_grammar({"type": "object"})  # what `response_format: json_object` asks
     except Exception:  # noqa: BLE001 - a warm-up aid, never a reason to fail a boot
         return ""
+
+
+def cpu_share(ring: Ring | None) -> CoreShare | None:
+    """On the CPU, a one-node model whose OpenBLAS the runner preloaded: its BLAS threads are every
+    core while it steps alone and a share while other runners of this machine step too
+    (`core_share.py`; OpenBLAS's threads spin while they wait, so two runners each with a thread
+    per core take turns badly). `OPENBLAS_NUM_THREADS` caps it. A sharded rank sets its own
+    threads (`ring.py`)."""
+    import mlx.core as mx
+
+    if ring is not None or mx.default_device() != mx.cpu or not blas.preloaded():
+        return None
+    return CoreShare(blas.usable_cores(), cpu_linear.blas_threads())

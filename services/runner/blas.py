@@ -46,6 +46,11 @@ def preload_blas() -> str | None:
     return found
 
 
+def preloaded() -> str | None:
+    """The OpenBLAS this process preloaded (`preload_blas`), or None."""
+    return _preloaded[0] if _preloaded else None
+
+
 def identity() -> str:
     """Which BLAS computes this process's matmuls: the preloaded OpenBLAS's build and the kernel
     it chose for this CPU (`OPENBLAS_CORETYPE` may force another), or "" without one."""

@@ -117,7 +117,8 @@ def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
 
 
 def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair):
-    """Each rank of a 4-bit model dequantizes its part on the CPU, as one node does the whole."""
+    """Each rank of a 4-bit model dequantizes its part on the CPU (or reads it from the fp32 copy a
+    single-node runner kept), as one node does the whole."""
     a, b = pair
 
     def answers(via) -> list:
@@ -135,7 +136,7 @@ def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair):
         ranks = [ln for n in (a, b) for f in (n.home / "logs").glob("runner-*.log")
                  for ln in f.read_text().splitlines()
                  if f"loaded {Q4} " in ln and f"engine path: {sharding} rank" in ln]
-        assert ranks and all("cpu fp32 (dequantized)" in ln for ln in ranks), ranks
+        assert ranks and all("cpu fp32 (dequantized" in ln for ln in ranks), ranks
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 
