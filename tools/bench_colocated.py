@@ -25,6 +25,7 @@ from typing import Any
 from skulk.scripts.http_client import request, wait_for_state
 from tools.bench_nodes import BenchNode
 
+USER_BLAS_THREADS = os.environ.get("OPENBLAS_NUM_THREADS")  # the shared runs keep the caller's setting
 PROMPTS = ["Tell me about the sea.", "Write a short poem about trees.", "How do bicycles work?",
            "Describe a busy market in the morning."]
 
@@ -57,9 +58,12 @@ def run(model_dir: Path, model: str, threads: int, tokens: int, engine: str) -> 
     with tempfile.TemporaryDirectory(prefix="bench-colocated-") as root:
         node = BenchNode(Path(root), "node", model_dir)
         node.home.joinpath("skulk.yaml").write_text(json.dumps({"runner": {"threads": threads, "engine": engine}}))
-        os.environ.pop("OPENBLAS_NUM_THREADS", None)
-        if engine == "mlx" and threads:
-            os.environ["OPENBLAS_NUM_THREADS"] = str(threads)  # the node's runners inherit it
+        if engine == "mlx" and threads:  # the node's runners inherit it (it also puts cpu_linear on one stream)
+            os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+        elif USER_BLAS_THREADS is None:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        else:
+            os.environ["OPENBLAS_NUM_THREADS"] = USER_BLAS_THREADS
         try:
             node.start(f"bench-{uuid.uuid4().hex[:8]}", None)
             out = {}

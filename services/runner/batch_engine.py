@@ -213,7 +213,7 @@ class MlxBatchEngine:
 
     def step(self) -> StepOutput:
         gen = self.gen
-        if self.share is not None:
+        if self.share is not None and self.active():  # (a step with nothing to run asks for no share)
             self.stepping_threads = self.share.step_with(time.monotonic(), self.stepping_threads, self._set_threads)
         try:
             return self._step(gen)
@@ -223,11 +223,12 @@ class MlxBatchEngine:
 
     def _set_threads(self, n: int) -> None:
         """OpenBLAS's one global thread count, set while no matmul runs: mlx-lm computes the next
-        step on mlx's thread while the runner reads the last, so that step is waited for first
-        (only when the share changes: other runners start or stop stepping)."""
+        step on its generation stream while the runner reads the last, so that stream is waited for
+        first (only when the share changes: other runners start or stop stepping). The row blocks'
+        second stream (`cpu_linear`) feeds that stream, so its work is done by then too."""
         import mlx.core as mx
 
-        mx.synchronize()
+        mx.synchronize(self.gen.stream)
         blas.set_threads(n)
         log.debug("stepping with %d BLAS threads (%d runners stepping on this machine)", n,
                   self.share.busy_runners if self.share else 1)

@@ -45,10 +45,11 @@ def load(model_dir: Path, model: Any) -> bool:
         if json.loads((where / KEY).read_text()) != key(model_dir):
             return False
         weights = mx.load(str(where / WEIGHTS))
-    except (OSError, ValueError, RuntimeError):
+        if not isinstance(weights, dict):
+            return False
+        model.load_weights(list(weights.items()), strict=True)  # checks every name and shape first
+    except (OSError, ValueError, RuntimeError):  # none, torn, or another model's: computed instead
         return False
-    assert isinstance(weights, dict)
-    model.load_weights(list(weights.items()), strict=True)
     return True
 
 

@@ -138,8 +138,8 @@ def _load_sharded(model_dir: Path, ring: Ring) -> tuple[Any, Any, str]:
         from mlx_lm.utils import dequantize_model
 
         model = dequantize_model(model)  # lazy: nothing is computed until the shard's eval
-        if mx.default_device() == mx.cpu:  # the whole model's fp32 copy, where a runner kept one:
-            kept = fp32_cache.load(model_dir, model)  # read instead of computed (lazily: the shard's part)
+        if mx.default_device() == mx.cpu:  # the whole model's fp32 copy, where a runner kept one, read
+            kept = fp32_cache.load(model_dir, model)  # instead of computed (lazily: a Pipeline rank its layers)
         else:
             model.set_dtype(mx.bfloat16)
     if own_tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -116,9 +117,12 @@ def test_pipeline_and_tensor_across_two_nodes_match_one_node(pair):
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 
-def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair):
-    """Each rank of a 4-bit model dequantizes its part on the CPU (or reads it from the fp32 copy a
-    single-node runner kept), as one node does the whole."""
+def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair, demo_q4):
+    """Each rank of a 4-bit model runs its part in fp32 on the CPU, as one node does the whole:
+    read from the fp32 copy the single-node runner kept (Pipeline), or dequantized by the rank
+    itself where there is none (Tensor, the copy removed first)."""
+    from skulk.services.runner.fp32_cache import CACHE_DIR
+
     a, b = pair
 
     def answers(via) -> list:
@@ -127,7 +131,9 @@ def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair):
     iid, _, _ = place_and_wait(b, [a, b], {"model_id": Q4})
     single = answers(a)
     assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
-    for sharding in ("Pipeline", "Tensor"):
+    for sharding, how in (("Pipeline", "(dequantized, kept copy)"), ("Tensor", "(dequantized)")):
+        if sharding == "Tensor":
+            shutil.rmtree(demo_q4 / CACHE_DIR)
         iid, took, _ = place_and_wait(a, [a, b], {"model_id": Q4, "sharding": sharding, "min_nodes": 2})
         got = answers(b)
         for want, have in zip(single, got):
@@ -136,7 +142,7 @@ def test_a_quantized_model_split_over_two_nodes_answers_as_one_node(pair):
         ranks = [ln for n in (a, b) for f in (n.home / "logs").glob("runner-*.log")
                  for ln in f.read_text().splitlines()
                  if f"loaded {Q4} " in ln and f"engine path: {sharding} rank" in ln]
-        assert ranks and all("cpu fp32 (dequantized" in ln for ln in ranks), ranks
+        assert ranks and all(f"cpu fp32 {how}" in ln for ln in ranks), ranks
         assert http_json(f"{a.url}/instance/{iid}", method="DELETE")[0] == 200
 
 
