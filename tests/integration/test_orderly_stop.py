@@ -84,6 +84,10 @@ def test_a_role_stuck_in_boot_ends_at_once_on_the_group_signal(nodes):
     node = nodes(env={"SKULK_FAULTS": "janitor@boot=hang"}, ready=False)
     for role in ("bus", "eventlog", "store", "gossip", "master", "worker", "api"):
         node.wait_ready(role, timeout=30)
+    # in its boot, its handlers set: a signal a few ms after its fork would find none yet
+    janitor_log = node.home / "logs" / "janitor.log"
+    wait_until(node, lambda: "FAULT INJECTION: janitor at boot" in (
+        janitor_log.read_text() if janitor_log.exists() else ""), 30, "the janitor stuck in its boot")
     assert node.status()["janitor"].state == "starting"
     stop_group(node, signal.SIGTERM)
     assert_quiet(node, signal.SIGTERM)
