@@ -100,8 +100,11 @@ run: setup
 
 # Integration tests often wait on processes: two files run at once (pytest-xdist, one file
 # to a worker at a time, the longest first: tests/conftest.py). TEST_WORKERS=1 runs them in turn.
+# A worker that dies (a crash of the test process itself) fails its test and ends the run:
+# pytest-xdist 3.8 re-runs a crashed worker's file and, under --dist loadfile, may then wait
+# forever on a replaced worker (pytest-xdist#784, #1323).
 TEST_WORKERS ?= 2
-PYTEST_PAR := $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
+PYTEST_PAR := $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0,)
 
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_PAR) tests
