@@ -20,7 +20,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from skulk.node.role_args import ChildArgs
-from skulk.services.api.dialects import anthropic, completions, embeddings, ollama, responses
+from skulk.services.api.dialects import anthropic, completions, embeddings, models, ollama, responses
 from skulk.services.api.dialects.fields import ApiError, flag
 from skulk.services.api.dialects.openai_chat import CHAT_REQUEST, parse
 from skulk.services.api.generate.generation import Generation
@@ -74,7 +74,10 @@ def deps(home: Path) -> Deps:
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> falcon.testing.TestClient:
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> falcon.testing.TestClient:
+    # With no state ever, a model lookup waits out the catalog's grace before its 503: 15 s of a
+    # busy loop here, as `NoState` never blocks (what is asserted is the answer, not the wait).
+    monkeypatch.setattr(models, "CATALOG_PENDING_S", 0.2)
     return falcon.testing.TestClient(build_app(deps(tmp_path)))
 
 
