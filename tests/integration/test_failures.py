@@ -92,7 +92,10 @@ def test_post_admin_restart_drains_then_replaces_the_node_in_place_and_serves_ag
     from tests.integration.serving import wait_model_ready
 
     max_tokens = 1000
-    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model})
+    # The drain waits for the streams, however slow the machine: 3 x 1000 tokens took 31 s under a
+    # CPU quota of a third of a 2-core machine, past the default 30-s drain deadline.
+    drain = {"node": {"drain_timeout_s": min(3600.0, patience(120))}}
+    node = nodes(args=("--place", MODEL), models={DEMO_DIR: demo_model}, config=drain)
     wait_model_ready(node)
     _, before = http_json(f"{node.url}/state")
     (iid,) = before["instances"]

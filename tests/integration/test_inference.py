@@ -13,11 +13,13 @@ import time
 import openai
 import pytest
 
+from skulk.scripts.demo_model import ARCH as DEMO_ARCH
 from tests.integration.conftest import DEMO_DIR
 from tests.integration.patience import patience
 from tests.integration.serving import MODEL, NO_RESUME, http_json, sse_events, wait_model_ready
 
 PROMPT = "Beautiful is better than ugly."
+DEMO_CONTEXT = DEMO_ARCH["max_position_embeddings"]
 
 
 def serve(start, demo_model, config=None):
@@ -141,16 +143,23 @@ def test_bad_requests_get_the_upstream_envelope(shared, body, status, needle):
 
 
 def test_max_tokens_may_be_omitted_and_stop_strings_end_generation(shared):
+    """Without max_tokens an answer may fill what the context leaves after its prompt. A prompt
+    of most of the demo model's context keeps that short (a short prompt's answer ran ~2,000
+    tokens: 44 s at a third of a 2-core machine)."""
+    long = " ".join([PROMPT] * 300)  # ~1,900 tokens
     status, body = http_json(f"{shared.url}/v1/chat/completions", {
         "model": MODEL, "temperature": 0, "seed": 1,
-        "messages": [{"role": "user", "content": PROMPT}]}, timeout=120)
-    assert status == 200 and body["usage"]["completion_tokens"] >= 1
+        "messages": [{"role": "user", "content": long}]}, timeout=120)
+    assert status == 200, body
+    usage = body["usage"]
+    assert body["choices"][0]["finish_reason"] == "length" and 0 < usage["completion_tokens"] < 300, usage
+    assert usage["prompt_tokens"] + usage["completion_tokens"] == DEMO_CONTEXT, usage
     text = body["choices"][0]["message"]["content"]
     if len(text) >= 3:  # greedy: the same text again, cut before a stop string taken from it
         stop = text[1:3]
         status, cut = http_json(f"{shared.url}/v1/chat/completions", {
             "model": MODEL, "temperature": 0, "stop": [stop], "max_tokens": 50,
-            "messages": [{"role": "user", "content": PROMPT}]})
+            "messages": [{"role": "user", "content": long}]})
         assert status == 200 and cut["choices"][0]["finish_reason"] == "stop"
         assert stop not in cut["choices"][0]["message"]["content"]
 
