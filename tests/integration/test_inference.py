@@ -151,9 +151,10 @@ def test_max_tokens_may_be_omitted_and_stop_strings_end_generation(shared):
         "model": MODEL, "temperature": 0, "seed": 1,
         "messages": [{"role": "user", "content": long}]}, timeout=120)
     assert status == 200, body
-    usage = body["usage"]
-    assert body["choices"][0]["finish_reason"] == "length" and 0 < usage["completion_tokens"] < 300, usage
-    assert usage["prompt_tokens"] + usage["completion_tokens"] == DEMO_CONTEXT, usage
+    usage, finish = body["usage"], body["choices"][0]["finish_reason"]
+    total = usage["prompt_tokens"] + usage["completion_tokens"]  # an end of sequence may come first
+    assert 0 < usage["completion_tokens"] < 300 and (total == DEMO_CONTEXT if finish == "length" else
+                                                     finish == "stop" and total < DEMO_CONTEXT), (finish, usage)
     text = body["choices"][0]["message"]["content"]
     if len(text) >= 3:  # greedy: the same text again, cut before a stop string taken from it
         stop = text[1:3]
