@@ -19,6 +19,9 @@ LISTEN ?= 127.0.0.1
 .PHONY: run test lint setup sysdeps unit integration clean
 
 setup: sysdeps $(STAMP)
+	@# The checkout's own modules compiled once (Python writes no bytecode where
+	@# PYTHONDONTWRITEBYTECODE is set: every node process would compile them again at its start).
+	@$(PY) -m compileall -q -x '/\.[^/]+/|/build/|/dist/' .
 
 # Debian/Ubuntu: OpenBLAS makes MLX on CPU fast (see docs); installed once, idempotently.
 sysdeps:
