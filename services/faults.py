@@ -6,8 +6,9 @@
 `busy:S` (compute for S seconds once: a slow or saturated machine, as the watchdog sees it),
 `pace:S` (block S seconds each time, logged once: a slower device, step after step).
 Phases used today: `boot` (before ready), `ready` (right after ready), `loop` (first loop
-tick); a runner's `load`, `warmup`, `prefill`, `decode:<n>` (its step n) and `step` (every
-step). Unset in production: every check is then a dictionary miss.
+tick); a runner's `load`, `warmup`, `prefill`, `decode:<n>` (its step n), `step` (every
+step) and `failed` (its failure at boot reported, before it exits). Unset in production:
+every check is then a dictionary miss.
 """
 
 from __future__ import annotations

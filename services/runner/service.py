@@ -148,8 +148,13 @@ class Runner:
             self._boot()
 
     def fail_before_exit(self, message: str, exit_code: int) -> None:
+        # The exit is `exit_code` from here: the report makes the leader delete the instance and
+        # the supervisor stop this runner, and that SIGTERM, if it came before the exit, would
+        # end the boot as a clean stop (exit 0 instead of a wedge's 86, seen on a slow machine).
+        self.loop.booting = False
         self.report(kind=RunnerKind.FAILED, error_message=message, exit_code=exit_code)
         self.loop.rt.bus.close(linger=1000)
+        faults.inject("runner", "failed")
 
     def _boot(self) -> None:
         self.report(kind=RunnerKind.LOADING, total_layers=self.place.end_layer - self.place.start_layer)
