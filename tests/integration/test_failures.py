@@ -43,10 +43,10 @@ def deleted_reason(node, needle: str):
 
 
 def test_wedged_warmup_is_loud_not_retried_and_deletes_the_instance(nodes, demo_model):
-    # `failed=slow:1`: the leader deletes the instance and the supervisor stops the runner before
+    # `failed=slow:0.5`: the leader deletes the instance and the supervisor stops the runner before
     # it exits, as on a slow machine: the exit is still the wedge's 86, not a clean stop's 0.
     node = nodes(config={"runner": {"warmup_deadline_s": 3.0}},
-                 env={"SKULK_FAULTS": "runner@warmup=hang,runner@failed=slow:1"},
+                 env={"SKULK_FAULTS": "runner@warmup=hang,runner@failed=slow:0.5"},
                  args=("--place", MODEL), models={DEMO_DIR: demo_model}, ready=False)
     t0 = time.monotonic()
     answered_at_once(*ask_meanwhile(node), "requests while the runner is wedged in warmup")
